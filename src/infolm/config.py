@@ -1,0 +1,276 @@
+"""Typed, documented configuration: YAML -> dataclasses, dotted ``key=value`` overrides, validation.
+
+Plug-in sections (``model``, ``objective``, ``optim.average``) are mappings whose settings are
+validated against the config dataclass that the plug-in registered (see ``infolm.registry``).
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from infolm.errors import InfolmError
+
+
+@dataclasses.dataclass
+class RunConfig:
+    dir: str = "runs/default"  # run directory: config.yaml, metrics.jsonl, checkpoints/
+    seed: int = 0  # seeds python, numpy and torch
+    device: str = "auto"  # cpu | cuda | auto (cuda when available)
+    deterministic: bool = False  # torch.use_deterministic_algorithms
+
+    def __post_init__(self) -> None:
+        _check_choice("run.device", self.device, ("cpu", "cuda", "auto"))
+
+
+@dataclasses.dataclass
+class DataConfig:
+    name: str = "ptb"  # a registered dataset (see `infolm info`) or "path" for your own files
+    train: str | None = None  # with name=path: training text file
+    valid: str | None = None  # with name=path: validation text file
+    test: str | None = None  # with name=path: test text file
+    level: str = "word"  # with name=path: word (whitespace tokens, <eos> per line) or char
+    batch_size: int = 20  # parallel training streams
+    eval_batch_size: int = 10  # parallel evaluation streams
+    bptt: int = 35  # unrolled steps per training batch
+    variable_bptt: bool = False  # AWD-LSTM: bptt/2 with p=0.05, then N(len, 5); lr scaled by len/bptt
+    max_train_tokens: int | None = None  # use only the first N training tokens (quick runs)
+    max_eval_tokens: int | None = None  # use only the first N tokens of valid/test (quick runs)
+
+    def __post_init__(self) -> None:
+        _check_choice("data.level", self.level, ("word", "char"))
+        _check_positive("data.batch_size", self.batch_size)
+        _check_positive("data.eval_batch_size", self.eval_batch_size)
+        _check_positive("data.bptt", self.bptt)
+        for key in ("max_train_tokens", "max_eval_tokens"):
+            value = getattr(self, key)
+            if value is not None and value < 2:
+                raise InfolmError(f"data.{key} must be at least 2, got {value}")
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    name: str = "sgd"  # sgd | adam | adamw | radam
+    lr: float = 20.0  # learning rate (per-token mean loss)
+    momentum: float = 0.0  # SGD momentum
+    weight_decay: float = 0.0  # L2 (sgd, adam, radam) or decoupled (adamw)
+    betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.999])  # Adam-family betas
+    eps: float = 1e-8  # Adam-family epsilon
+    schedule: str = "none"  # none | step (decay per epoch after decay_start_epoch) | plateau
+    decay: float = 0.5  # multiplicative LR decay (step and plateau)
+    decay_start_epoch: int = 4  # step: decay at the end of each epoch after this many epochs
+    plateau_patience: int = 0  # plateau: evaluations without improvement before decaying
+
+    def __post_init__(self) -> None:
+        _check_choice("optim.name", self.name, ("sgd", "adam", "adamw", "radam"))
+        _check_choice("optim.schedule", self.schedule, ("none", "step", "plateau"))
+        _check_positive("optim.lr", self.lr, allow_zero=True)
+        if not 0.0 < self.decay <= 1.0:
+            raise InfolmError(f"optim.decay must be in (0, 1], got {self.decay}")
+        if len(self.betas) != 2:
+            raise InfolmError(f"optim.betas must have two values, got {self.betas}")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    epochs: int = 1  # passes over the training stream
+    max_steps: int | None = None  # stop after this many optimizer steps (overrides epochs when reached first)
+    eval_every: int = 0  # evaluate on validation every N steps (0: at the end of each epoch)
+    checkpoint_every: int = 0  # checkpoint every N steps (0: after each evaluation)
+    keep_checkpoints: int = 2  # most recent checkpoints kept (the best is kept as well)
+    clip: float = 0.25  # gradient norm clip of the main objective (0: off)
+    early_stopping: int = 0  # stop after N evaluations without improvement (0: off)
+    precision: str = "fp32"  # fp32 | bf16 (autocast)
+    log_every: int = 50  # write a step record to metrics.jsonl every N steps
+    progress: bool = True  # progress bar on interactive terminals
+    tensorboard: bool = False  # mirror metrics to TensorBoard (run.dir/tb)
+
+    def __post_init__(self) -> None:
+        _check_positive("train.epochs", self.epochs)
+        if self.max_steps is not None:
+            _check_positive("train.max_steps", self.max_steps)
+        for key in ("eval_every", "checkpoint_every", "early_stopping"):
+            _check_positive(f"train.{key}", getattr(self, key), allow_zero=True)
+        _check_positive("train.keep_checkpoints", self.keep_checkpoints)
+        _check_positive("train.log_every", self.log_every)
+        _check_positive("train.clip", self.clip, allow_zero=True)
+        _check_choice("train.precision", self.precision, ("fp32", "bf16"))
+
+
+@dataclasses.dataclass
+class Config:
+    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    model: dict[str, Any] = dataclasses.field(default_factory=lambda: {"name": "lstm"})  # name + model settings
+    objective: dict[str, Any] = dataclasses.field(default_factory=lambda: {"mle": {"weight": 1.0}})  # term -> settings
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if "name" not in self.model or not isinstance(self.model["name"], str):
+            raise InfolmError("model.name is required (see `infolm info` for the known models)")
+        if not self.objective:
+            raise InfolmError("objective must name at least one term, e.g. objective.mle.weight=1.0")
+        for term, settings in self.objective.items():
+            if settings is not None and not isinstance(settings, Mapping):
+                raise InfolmError(f"objective.{term} must be a mapping of settings, got {settings!r}")
+
+
+def _check_choice(key: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise InfolmError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _check_positive(key: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InfolmError(f"{key} must be {'non-negative' if allow_zero else 'positive'}, got {value}")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted for floats."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except InfolmError as error:
+                errors.append(str(error))
+        raise InfolmError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, Mapping):
+            raise InfolmError(f"{key} must be a mapping, got {value!r}")
+        return build_dataclass(tp, value, key)
+    if origin in (list, tuple, Sequence):
+        if not isinstance(value, (list, tuple)):
+            raise InfolmError(f"{key} must be a list, got {value!r}")
+        (item_tp,) = typing.get_args(tp)[:1] or (Any,)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise InfolmError(f"{key} must be a mapping, got {value!r}")
+        return {str(k): v for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    else:
+        return value
+    raise InfolmError(f"{key} must be of type {_type_name(tp)}, got {value!r}")
+
+
+def build_dataclass(cls: type, values: Mapping[str, Any], where: str) -> Any:
+    """Instantiate dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types."""
+    if not isinstance(values, Mapping):
+        raise InfolmError(f"{where} must be a mapping, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise InfolmError(f"unknown config key {where}.{unknown[0]}; known keys in {where}: {', '.join(sorted(fields))}")
+    kwargs = {name: _coerce(value, hints[name], f"{where}.{name}") for name, value in values.items()}
+    try:
+        return cls(**kwargs)
+    except InfolmError:
+        raise
+    except (TypeError, ValueError) as error:
+        raise InfolmError(f"{where}: {error}") from None
+
+
+def to_dict(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def _parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise InfolmError(f"override {item!r} is not of the form key=value")
+    try:
+        merged = OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)), resolve=True)
+    except OmegaConfBaseException as error:
+        raise InfolmError(f"bad override: {str(error).splitlines()[0]}") from None
+    assert isinstance(merged, dict)
+    return merged
+
+
+def load_raw(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """YAML file merged with dotted overrides, as plain containers (overrides win)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    base: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise InfolmError(f"config file not found: {path}")
+        try:
+            loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        except (OmegaConfBaseException, UnicodeDecodeError, ValueError) as error:
+            raise InfolmError(f"cannot parse config {path}: {str(error).splitlines()[0]}") from None
+        except OSError as error:
+            raise InfolmError(f"cannot read config {path}: {error.strerror}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise InfolmError(f"config {path} must be a mapping at the top level")
+        base = loaded
+    return _deep_merge(base, _parse_overrides(overrides))
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
+    """Load ``path`` (YAML), apply ``key=value`` overrides, validate into a :class:`Config`."""
+    config: Config = build_dataclass(Config, load_raw(path, overrides), "config")
+    return config
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    import yaml
+
+    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))

@@ -1,0 +1,60 @@
+"""The language-model contract: a registry and a typed output.
+
+Every model maps token ids ``(B, T)`` and an optional recurrent state to an :class:`LMOutput`.
+Objectives and evaluation only rely on this contract.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils._pytree import tree_map
+
+from infolm.registry import Registry
+
+MODELS: Registry[LanguageModel] = Registry("model")
+register_model = MODELS.register
+
+State = Any  # a pytree of tensors (tuple/list/dict), or None for stateless models
+
+
+@dataclasses.dataclass
+class LMOutput:
+    logits: Tensor  # (B, T, V) scores whose log_softmax is the next-token log-distribution
+    hiddens: list[Tensor]  # per layer, (B, T, H_l): outputs over time (last entry feeds the softmax)
+    state: State = None  # recurrent state after the last step (None for stateless models)
+    extras: dict[str, Tensor] = dataclasses.field(default_factory=dict)  # model-specific fields
+    raw_hiddens: list[Tensor] | None = None  # per layer before output dropout (AR/TAR use these)
+
+
+class LanguageModel(nn.Module):
+    """Base class: ``forward(tokens (B, T), state) -> LMOutput``."""
+
+    vocab_size: int
+
+    def forward(self, tokens: Tensor, state: State = None) -> LMOutput:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> State:
+        """The state before the first token of a stream (None for stateless models)."""
+        return None
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def detach_state(state: State) -> State:
+    """Cut the graph through a recurrent state (truncated BPTT)."""
+    return tree_map(lambda t: t.detach() if isinstance(t, Tensor) else t, state)
+
+
+def select_state(state: State, index: Tensor) -> State:
+    """Rows ``index`` of every tensor in ``state`` (states are batch-first in dim 0 or dim 1)."""
+    return tree_map(lambda t: t.index_select(_batch_dim(t), index) if isinstance(t, Tensor) else t, state)
+
+
+def _batch_dim(t: Tensor) -> int:
+    return 1 if t.dim() == 3 else 0

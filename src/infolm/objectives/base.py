@@ -1,0 +1,128 @@
+"""The objective contract (DESIGN.md): every training term is an ``Objective``.
+
+``setup(corpus, model)`` builds indexes once; ``forward(model, batch, output)`` receives the shared
+main forward pass and returns :class:`Terms`; ``param_groups()`` gives a term's own optimizer
+settings. :class:`Composite` sums weighted terms and is the only loss the trainer sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from infolm.registry import Registry
+
+OBJECTIVES: Registry[Objective] = Registry("objective")
+register_objective = OBJECTIVES.register
+
+
+@dataclasses.dataclass
+class Batch:
+    inputs: Tensor  # (B, T) token ids
+    targets: Tensor  # (B, T) next-token ids; ``ignore_index`` (-100) marks padding
+    state: Any = None  # recurrent state before ``inputs`` (already detached)
+    lr_scale: float = 1.0  # AWD-LSTM variable-length BPTT scales the step by len/bptt
+    epoch: int = 0
+    step: int = 0  # optimizer steps taken before this batch
+
+
+@dataclasses.dataclass
+class Terms:
+    """Named losses and metrics of one or more terms.
+
+    ``losses`` are differentiable scalars (already weighted in a Composite); ``metrics`` are floats
+    to log. ``clip_groups`` maps a loss name to its own gradient-clip norm: the trainer back-propagates
+    such a loss separately and clips its gradient on its own (IMM, App. D.2).
+    """
+
+    losses: dict[str, Tensor] = dataclasses.field(default_factory=dict)
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    clip_groups: dict[str, float] = dataclasses.field(default_factory=dict)
+    tokens: int = 0  # tokens predicted by the main term (for per-token logging)
+
+    def total(self) -> Tensor:
+        return torch.stack(list(self.losses.values())).sum()
+
+
+@dataclasses.dataclass
+class TermConfig:
+    weight: float = 1.0  # multiplier of this term in the Composite
+
+
+class Objective(nn.Module):
+    """Base class of a training term. Subclasses set ``config`` (a dataclass with ``weight``)."""
+
+    config: Any
+
+    def setup(self, corpus: Any, model: nn.Module) -> None:
+        """Build indexes once, before training (default: nothing)."""
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Optimizer groups for this term's own parameters, each a dict with ``params`` and settings."""
+        own = [p for p in self.parameters() if p.requires_grad]
+        return [{"params": own}] if own else []
+
+    def on_step_end(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Called by the trainer after each optimizer step (phase switches, schedules)."""
+
+    def on_evaluation(self, step: int, valid_loss: float) -> None:
+        """Called by the trainer after each validation evaluation."""
+
+
+class Composite(Objective):
+    """Weighted sum of terms. A term with weight 0 is not evaluated at all (no compute, no RNG use)."""
+
+    def __init__(self, terms: Mapping[str, Objective]) -> None:
+        super().__init__()
+        self.terms = nn.ModuleDict(dict(terms))
+
+    def weight(self, name: str) -> float:
+        return float(self.terms[name].config.weight)
+
+    def setup(self, corpus: Any, model: nn.Module) -> None:
+        for term in self.terms.values():
+            term.setup(corpus, model)
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        out = Terms()
+        for name, term in self.terms.items():
+            weight = self.weight(name)
+            if weight == 0.0:
+                continue
+            terms = term(model, batch, output)
+            for key, loss in terms.losses.items():
+                out.losses[key] = weight * loss
+                out.metrics[key] = float(loss.detach())
+            out.metrics.update(terms.metrics)
+            out.clip_groups.update(terms.clip_groups)
+            out.tokens = max(out.tokens, terms.tokens)
+        return out
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        groups: list[dict[str, Any]] = []
+        for term in self.terms.values():
+            groups.extend(term.param_groups())
+        return groups
+
+    def on_step_end(self, step: int, metrics: Mapping[str, float]) -> None:
+        for term in self.terms.values():
+            term.on_step_end(step, metrics)
+
+    def on_evaluation(self, step: int, valid_loss: float) -> None:
+        for term in self.terms.values():
+            term.on_evaluation(step, valid_loss)
+
+
+def build_objective(settings: Mapping[str, Any]) -> Composite:
+    """``{"mle": {"weight": 1}, "ar": {"weight": 2}}`` -> Composite of registered terms."""
+    terms: dict[str, Objective] = {}
+    for name, term_settings in settings.items():
+        terms[name] = OBJECTIVES.build(name, term_settings or {}, where=f"objective.{name}")
+    return Composite(terms)
