@@ -65,6 +65,7 @@ class OptimConfig:
     decay: float = 0.5  # multiplicative LR decay (step and plateau)
     decay_start_epoch: int = 4  # step: decay at the end of each epoch after this many epochs
     plateau_patience: int = 0  # plateau: evaluations without improvement before decaying
+    average: dict[str, Any] = dataclasses.field(default_factory=dict)  # weight averaging: {name: two-tailed|tail|ema, ...}
 
     def __post_init__(self) -> None:
         _check_choice("optim.name", self.name, ("sgd", "adam", "adamw", "radam"))

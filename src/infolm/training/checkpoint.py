@@ -1,0 +1,113 @@
+"""Atomic, resumable checkpoints: a folder per checkpoint, written under a temporary name and renamed.
+
+Layout of ``checkpoints/step-00000100/``: ``model.safetensors`` (weights used for evaluation:
+the averaged ones when weight averaging is on), ``raw_model.safetensors`` (training weights,
+only with averaging), ``trainer.pt`` (optimizer, schedule, RNG, data position, recurrent state:
+tensors and plain containers only, loaded with ``weights_only=True``), ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+CHECKPOINTS = "checkpoints"
+BEST = "best"
+
+
+def _atomic_dir(final: Path, write: Any) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
+    try:
+        write(tmp)
+        _fsync_dir(tmp)
+        if final.exists():
+            trash = final.with_name(f".old-{final.name}-{os.getpid()}")
+            os.replace(final, trash)
+            os.replace(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    for child in path.iterdir():
+        with open(child, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    trainer_state: dict[str, Any],
+    meta: dict[str, Any],
+    eval_model: nn.Module | None = None,
+    keep: int = 2,
+) -> Path:
+    """Write ``checkpoints/step-XXXXXXXX`` atomically and prune all but the ``keep`` most recent."""
+    root = run_dir / CHECKPOINTS
+    final = root / f"step-{step:08d}"
+
+    def write(tmp: Path) -> None:
+        if eval_model is not None:
+            save_model(eval_model, str(tmp / "model.safetensors"))
+            save_model(model, str(tmp / "raw_model.safetensors"))
+        else:
+            save_model(model, str(tmp / "model.safetensors"))
+        torch.save(trainer_state, tmp / "trainer.pt")
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+
+    _atomic_dir(final, write)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def save_best(run_dir: Path, model: nn.Module, meta: dict[str, Any]) -> None:
+    def write(tmp: Path) -> None:
+        save_model(model, str(tmp / "model.safetensors"))
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+
+    _atomic_dir(run_dir / CHECKPOINTS / BEST, write)
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    root = run_dir / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def load_weights(model: nn.Module, checkpoint: Path, raw: bool = False) -> None:
+    name = "raw_model.safetensors" if raw and (checkpoint / "raw_model.safetensors").exists() else "model.safetensors"
+    missing, unexpected = load_model(model, str(checkpoint / name), strict=False)
+    if unexpected:
+        raise RuntimeError(f"checkpoint {checkpoint} has unexpected weights: {unexpected[:3]}")
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    state: dict[str, Any] = torch.load(checkpoint / "trainer.pt", weights_only=True)
+    return state

@@ -1,0 +1,58 @@
+"""The run's canonical log: ``metrics.jsonl`` (one JSON object per record), optionally mirrored to TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    def __init__(self, path: Path, enabled: bool = True, tensorboard_dir: Path | None = None) -> None:
+        self.path = path
+        self.enabled = enabled
+        self.writer: Any = None
+        if enabled and tensorboard_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(tensorboard_dir))
+
+    def lines(self) -> int:
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as handle:
+            return sum(1 for _ in handle)
+
+    def truncate(self, lines: int) -> None:
+        """Keep the first ``lines`` records (resume drops records written after the checkpoint)."""
+        if not self.enabled or not self.path.exists():
+            return
+        with open(self.path, "rb") as handle:
+            kept = handle.readlines()[:lines]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_bytes(b"".join(kept))
+        tmp.replace(self.path)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(clean) + "\n")
+            handle.flush()
+        if self.writer is not None:
+            prefix = record.get("split", "train")
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.writer.add_scalar(f"{prefix}/{key}", value, record["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,383 @@
+"""The training loop. It knows no model and no loss by name: it receives a model, a Composite
+objective and a corpus, and owns device, precision, clipping, evaluation cadence, early stopping,
+checkpoints (atomic, resumable bit-for-bit on CPU), the metrics log and data parallelism."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from infolm.config import Config
+from infolm.data.batching import StreamBatcher
+from infolm.evaluation.perplexity import stream_nll, summarize
+from infolm.models.base import detach_state
+from infolm.objectives.base import Batch, Objective, Terms
+from infolm.optim.factory import LRSchedule, build_optimizers
+from infolm.training import checkpoint as ckpt
+from infolm.training import distributed
+from infolm.training.metrics import MetricsLog
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        from infolm.errors import InfolmError
+
+        raise InfolmError("run.device=cuda but CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states as tensors / plain containers (``weights_only`` loadable)."""
+    np_state = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "keys": torch.from_numpy(np.asarray(np_state[1], dtype=np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
+        "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64), "gauss": py_gauss},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(x) for x in p["internal"].tolist()), p["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Trainer:
+    """Trains ``model`` on ``corpus`` with ``objective`` as ``config`` says, in ``config.run.dir``."""
+
+    def __init__(
+        self,
+        config: Config,
+        model: nn.Module,
+        objective: Objective,
+        corpus: Any,
+        averager: Any = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.run_dir = Path(config.run.dir)
+        self.device = resolve_device(config.run.device)
+        distributed.init(self.device)
+        self.rank, self.world_size = distributed.world()
+        self.is_main = self.rank == 0
+        self.model = model.to(self.device)
+        self.objective = objective.to(self.device)
+        self.corpus = corpus
+        self.averager = averager
+        self.meta = dict(meta or {})
+        data = config.data
+        if data.batch_size % self.world_size:
+            from infolm.errors import InfolmError
+
+            raise InfolmError(f"data.batch_size={data.batch_size} must be divisible by the {self.world_size} processes")
+        self.batcher = StreamBatcher(corpus.stream("train"), data.batch_size, data.bptt, data.variable_bptt, config.run.seed)
+        self.rows = torch.arange(self.rank, data.batch_size, self.world_size)  # this rank's rows of every batch
+        self.optimizers = build_optimizers(config.optim, self.model, self.objective.param_groups())
+        self.schedule = LRSchedule(config.optim)
+        self.metrics = MetricsLog(
+            self.run_dir / "metrics.jsonl",
+            enabled=self.is_main,
+            tensorboard_dir=self.run_dir / "tb" if config.train.tensorboard else None,
+        )
+        self.step = 0
+        self.epoch = 0
+        self.best_valid = math.inf
+        self.bad_evals = 0
+        self.elapsed = 0.0
+        self.done = False
+        self.state: Any = None
+        self.last_eval_step = -1
+
+    # ----------------------------------------------------------------------------------------
+    def parameters(self) -> list[nn.Parameter]:
+        seen: dict[int, nn.Parameter] = {}
+        for p in list(self.model.parameters()) + list(self.objective.parameters()):
+            if p.requires_grad:
+                seen.setdefault(id(p), p)
+        return list(seen.values())
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.config.train.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def eval_weights(self) -> Iterator[None]:
+        """Evaluate (and save for evaluation) the averaged weights when averaging is on."""
+        if self.averager is None:
+            yield
+            return
+        self.averager.swap_in()
+        try:
+            yield
+        finally:
+            self.averager.swap_out()
+
+    # ----------------------------------------------------------------------------------------
+    def trainer_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "best_valid": self.best_valid,
+            "bad_evals": self.bad_evals,
+            "elapsed": self.elapsed,
+            "done": self.done,
+            "last_eval_step": self.last_eval_step,
+            "metrics_lines": self.metrics.lines(),
+            "optimizers": [opt.state_dict() for opt in self.optimizers],
+            "schedule": self.schedule.state_dict(),
+            "batcher": _plain(self.batcher.state_dict()),
+            "rng": rng_state(),
+            "recurrent_state": self.state,
+            "objective": self.objective.state_dict(),
+        }
+        if self.averager is not None:
+            state["averager"] = self.averager.state_dict()
+        return state
+
+    def save(self) -> None:
+        if not self.is_main:
+            return
+        meta = dict(self.meta, step=self.step, epoch=self.epoch, best_valid=self.best_valid)
+        eval_model = None
+        if self.averager is not None:
+            import copy
+
+            with self.eval_weights():
+                eval_model = copy.deepcopy(self.model)
+        ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.trainer_state(), meta, eval_model, self.config.train.keep_checkpoints)
+
+    def resume(self) -> bool:
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        if latest is None:
+            return False
+        ckpt.load_weights(self.model, latest, raw=True)
+        state = ckpt.load_trainer_state(latest)
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
+        self.best_valid, self.bad_evals = float(state["best_valid"]), int(state["bad_evals"])
+        self.elapsed, self.done = float(state["elapsed"]), bool(state["done"])
+        self.last_eval_step = int(state["last_eval_step"])
+        for opt, opt_state in zip(self.optimizers, state["optimizers"]):
+            opt.load_state_dict(opt_state)
+        self.schedule.load_state_dict(state["schedule"])
+        self.batcher.load_state_dict(_unplain(state["batcher"]))
+        self.state = state["recurrent_state"]
+        self.objective.load_state_dict(state["objective"])
+        if self.averager is not None and "averager" in state:
+            self.averager.load_state_dict(state["averager"])
+        self.metrics.truncate(int(state["metrics_lines"]))
+        set_rng_state(state["rng"])
+        if self.rank:
+            torch.manual_seed(self.config.run.seed + 1000 * self.rank + self.step)
+        return True
+
+    # ----------------------------------------------------------------------------------------
+    def evaluate(self, split: str = "valid") -> dict[str, float]:
+        data = self.config.data
+        with self.eval_weights():
+            nll_sum, tokens = stream_nll(
+                self.model, self.corpus.stream(split), self.corpus.vocab.eos_id, data.eval_batch_size, data.bptt, self.device
+            )
+        result = summarize(nll_sum, tokens, self.corpus.level)
+        self.last_eval_step = self.step
+        return result
+
+    def _evaluate_and_log(self) -> None:
+        result = self.evaluate("valid")
+        record: dict[str, Any] = {"step": self.step, "epoch": self.epoch, "split": "valid", "loss": result["nll"], "ppl": result["ppl"]}
+        if "bpc" in result:
+            record["bpc"] = result["bpc"]
+        if result["nll"] < self.best_valid:
+            self.best_valid, self.bad_evals = result["nll"], 0
+            if self.is_main:
+                with self.eval_weights():
+                    ckpt.save_best(self.run_dir, self.model, dict(self.meta, step=self.step, valid=result))
+        else:
+            self.bad_evals += 1
+        record["best_loss"] = self.best_valid
+        self.metrics.write(record)
+        self.schedule.on_evaluation(result["nll"])
+        self.objective.on_evaluation(self.step, result["nll"])
+        patience = self.config.train.early_stopping
+        if patience and self.bad_evals >= patience:
+            self.done = True
+
+    # ----------------------------------------------------------------------------------------
+    def _backward(self, terms: Terms) -> float:
+        """Back-propagate the main losses (clipped together) and each separately clipped loss."""
+        params = self.parameters()
+        clip = self.config.train.clip
+        separate = {k: v for k, v in terms.clip_groups.items() if k in terms.losses}
+        main = [loss for name, loss in terms.losses.items() if name not in separate]
+        retain = bool(separate)
+        if main:
+            torch.stack(main).sum().backward(retain_graph=retain)
+        distributed.average_gradients(params)
+        norm = _clip(params, clip)
+        for index, (name, group_clip) in enumerate(separate.items()):
+            saved = [p.grad for p in params]
+            for p in params:
+                p.grad = None
+            terms.losses[name].backward(retain_graph=index < len(separate) - 1)
+            distributed.average_gradients(params)
+            _clip(params, group_clip)
+            for p, g in zip(params, saved):
+                if g is not None:
+                    p.grad = g if p.grad is None else p.grad + g
+        return norm
+
+    def train_step(self, window: Any) -> dict[str, float]:
+        self.model.train()
+        self.objective.train()
+        inputs = window.inputs.index_select(0, self.rows).to(self.device)
+        targets = window.targets.index_select(0, self.rows).to(self.device)
+        if self.state is None:
+            self.state = self.model.init_state(inputs.size(0), self.device)
+        batch = Batch(inputs, targets, detach_state(self.state), window.lr_scale, self.epoch, self.step)
+        with self.autocast():
+            output = self.model(inputs, batch.state)
+            terms = self.objective(self.model, batch, output)
+        self.state = detach_state(output.state)
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+        grad_norm = self._backward(terms)
+        lr = self.schedule.lr * window.lr_scale
+        for group in self.optimizers[0].param_groups:
+            group["lr"] = lr
+        for opt in self.optimizers:
+            opt.step()
+        self.step += 1
+        if self.averager is not None:
+            self.averager.update(self.step)
+        values = dict(terms.metrics)
+        values["loss"] = float(terms.total().detach())
+        values["grad_norm"] = grad_norm
+        values["lr"] = self.schedule.lr
+        if self.averager is not None:
+            values.update(self.averager.metrics())
+        self.objective.on_step_end(self.step, values)
+        return values
+
+    def _finished(self) -> bool:
+        max_steps = self.config.train.max_steps
+        return self.done or self.epoch >= self.config.train.epochs or (max_steps is not None and self.step >= max_steps)
+
+    def fit(self) -> dict[str, Any]:
+        """Train until ``train.epochs`` / ``train.max_steps`` / early stopping; resumes automatically."""
+        train = self.config.train
+        resumed = self.resume()
+        if not resumed:
+            seed_everything(self.config.run.seed + 1000 * self.rank)
+        progress = self._progress()
+        window_tokens = 0
+        tick = time.perf_counter()
+        last_log = tick
+        while not self._finished():
+            window = self.batcher.next_window()
+            if window is None:  # end of an epoch
+                self.epoch += 1
+                self.state = None
+                self.schedule.on_epoch_end(self.epoch)
+                if train.eval_every == 0:
+                    self._evaluate_and_log()
+                    if train.checkpoint_every == 0:
+                        self._save_timed(tick)
+                        tick = time.perf_counter()
+                continue
+            values = self.train_step(window)
+            window_tokens += window.inputs.numel()
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(loss=f"{values['loss']:.3f}", lr=f"{values['lr']:.3g}")
+            if not math.isfinite(values["loss"]):
+                from infolm.errors import InfolmError
+
+                raise InfolmError(f"training diverged at step {self.step}: loss is {values['loss']}")
+            if self.step % train.log_every == 0:
+                now = time.perf_counter()
+                record = {"step": self.step, "epoch": self.epoch, **values}
+                record["tokens_per_s"] = window_tokens / max(now - last_log, 1e-9)
+                record["elapsed"] = self.elapsed + now - tick
+                if "mle" in values:
+                    record["ppl"] = math.exp(min(values["mle"], 700.0))
+                self.metrics.write(record)
+                window_tokens, last_log = 0, now
+            evaluated = False
+            if train.eval_every and self.step % train.eval_every == 0:
+                self._evaluate_and_log()
+                evaluated = True
+            if (train.checkpoint_every and self.step % train.checkpoint_every == 0) or (evaluated and not train.checkpoint_every):
+                self._save_timed(tick)
+                tick = time.perf_counter()
+        if self.last_eval_step != self.step:
+            self._evaluate_and_log()
+        self.done = True
+        self._save_timed(tick)
+        if progress is not None:
+            progress.close()
+        self.metrics.close()
+        return {"step": self.step, "epoch": self.epoch, "best_valid_loss": self.best_valid, "elapsed": self.elapsed}
+
+    def _save_timed(self, tick: float) -> None:
+        self.elapsed += time.perf_counter() - tick
+        self.save()
+
+    def _progress(self) -> Any:
+        if not (self.config.train.progress and self.is_main and sys.stdout.isatty()):
+            return None
+        from tqdm import tqdm
+
+        total = self.config.train.max_steps or self.config.train.epochs * len(self.batcher)
+        return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True)
+
+
+def _clip(params: list[nn.Parameter], max_norm: float) -> float:
+    grads = [p for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    if max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(grads, max_norm))
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in grads])))
+
+
+def _plain(state: dict[str, Any]) -> dict[str, Any]:
+    """numpy's bit-generator state holds Python ints larger than int64: store them as strings."""
+    rng = state["rng"]
+    return {"position": state["position"], "rng": {"bit_generator": rng["bit_generator"], "state": {k: str(v) for k, v in rng["state"].items()}, "has_uint32": rng["has_uint32"], "uinteger": rng["uinteger"]}}
+
+
+def _unplain(state: dict[str, Any]) -> dict[str, Any]:
+    rng = state["rng"]
+    return {"position": state["position"], "rng": {"bit_generator": rng["bit_generator"], "state": {k: int(v) for k, v in rng["state"].items()}, "has_uint32": rng["has_uint32"], "uinteger": rng["uinteger"]}}
+

@@ -1,0 +1,338 @@
+"""IMM objective: crosstalk gradient, weight 0, primary state, induced distribution, context index."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from infolm.errors import InfolmError
+from infolm.models.base import LanguageModel, LMOutput
+from infolm.objectives.base import OBJECTIVES, Batch, Composite, Objective, Terms
+from infolm.objectives.imm import (
+    IMM,
+    IMMConfig,
+    ShortContextIndex,
+    crosstalk_induced_cross_entropy,
+    induced_cross_entropy,
+)
+
+VOCAB = 11
+
+
+class TinyLSTM(LanguageModel):
+    """A 1-layer LSTM LM with dropout, following the model contract (state: list of (h, c), (1, B, H))."""
+
+    def __init__(self, vocab_size: int = VOCAB, hidden: int = 8, dropout: float = 0.3) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.embedding = nn.Embedding(vocab_size, hidden)
+        self.rnn = nn.LSTM(hidden, hidden, batch_first=True)
+        self.drop = nn.Dropout(dropout)
+        self.decoder = nn.Linear(hidden, vocab_size)
+
+    def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
+        dtype = self.decoder.weight.dtype
+        zeros = torch.zeros(1, batch_size, self.rnn.hidden_size, device=device, dtype=dtype)
+        return [(zeros, zeros.clone())]
+
+    def forward(self, tokens: Tensor, state: Any = None) -> LMOutput:
+        if state is None:
+            state = self.init_state(tokens.size(0), tokens.device)
+        x = self.drop(self.embedding(tokens))  # (B, T, H)
+        x, new_state = self.rnn(x, state[0])
+        x = self.drop(x)
+        return LMOutput(logits=self.decoder(x), hiddens=[x], state=[new_state])
+
+
+class AddOneBigram:
+    """Stand-in restricted model: add-one smoothed n-gram over the last context token."""
+
+    def __init__(self, stream: Tensor, vocab_size: int) -> None:
+        counts = torch.ones(vocab_size, vocab_size, dtype=torch.float64)
+        counts.index_put_((stream[:-1], stream[1:]), torch.ones(len(stream) - 1, dtype=torch.float64), accumulate=True)
+        self.table = (counts / counts.sum(1, keepdim=True)).float()
+
+    def next_token_distribution(self, contexts: Tensor) -> Tensor:
+        return self.table[contexts[:, -1]]
+
+
+class ToyCorpus:
+    def __init__(self, stream: Tensor) -> None:
+        self._stream = stream
+        self.vocab = list(range(VOCAB))
+
+    def stream(self, split: str) -> Tensor:
+        return self._stream
+
+
+class TinyMLE(Objective):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = dataclasses.make_dataclass("C", [("weight", float, 1.0)])()
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        logits = output.logits
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), batch.targets.reshape(-1))
+        return Terms(losses={"mle": loss}, tokens=batch.targets.numel())
+
+
+def make_stream(n: int = 400, seed: int = 0) -> Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, VOCAB, (n,), generator=generator)
+
+
+def windows(stream: Tensor, batch_size: int = 3, bptt: int = 6) -> list[Batch]:
+    rows = stream[: (len(stream) // batch_size) * batch_size].view(batch_size, -1)
+    out = []
+    for step, i in enumerate(range(0, rows.size(1) - 1 - bptt, bptt)):
+        out.append(Batch(inputs=rows[:, i : i + bptt], targets=rows[:, i + 1 : i + 1 + bptt], step=step))
+    return out
+
+
+def make_imm(stream: Tensor, model: nn.Module, **settings: Any) -> IMM:
+    imm = IMM(IMMConfig(**settings), restricted=AddOneBigram(stream, VOCAB))
+    imm.setup(ToyCorpus(stream), model)
+    return imm
+
+
+def fill_bank(imm: IMM, model: nn.Module, batches: list[Batch]) -> None:
+    state = model.init_state(batches[0].inputs.size(0))
+    for batch in batches:
+        with torch.no_grad():
+            output = model(batch.inputs, state)
+        imm._record(batch, output)
+        state = output.state
+
+
+def param_grads(model: nn.Module) -> list[Tensor]:
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_crosstalk_function_equals_autograd_through_log_mean() -> None:
+    torch.manual_seed(0)
+    weight = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    features = torch.randn(4, 3, 5, dtype=torch.float64)  # (k, P, D)
+    target = torch.softmax(torch.randn(3, 7, dtype=torch.float64), -1)
+
+    def sample_fn(chunk: int) -> Tensor:  # one sample per chunk
+        return torch.log_softmax(features[chunk : chunk + 1] @ weight, -1)
+
+    reference = induced_cross_entropy(target, torch.log_softmax(features @ weight, -1))
+    (expected,) = torch.autograd.grad(reference, weight)
+    loss = crosstalk_induced_cross_entropy(sample_fn, 4, target, [weight])
+    (got,) = torch.autograd.grad(loss, weight)
+    assert torch.allclose(loss, reference, atol=1e-12)
+    assert torch.allclose(got, expected, atol=1e-10)
+
+
+@pytest.mark.parametrize("realization", ["replay", "state-bank"])
+def test_imm_crosstalk_gradient_equals_autograd(realization: str) -> None:
+    stream = make_stream()
+    torch.manual_seed(1)
+    model = TinyLSTM().double()
+    batches = windows(stream)
+    grads, losses = [], []
+    for chunk in (1, 3, 10):  # 1, 3: crosstalk sample by sample / in chunks; 10 >= k: plain autograd
+        imm = make_imm(stream, model, realization=realization, k=7, j=1, sample_chunk=chunk, context_window=5)
+        fill_bank(imm, model, batches[:4])
+        torch.manual_seed(2)
+        model.zero_grad()
+        output = model(batches[4].inputs, model.init_state(3))
+        loss = imm(model, batches[4], output).losses["imm"]
+        loss.backward()
+        grads.append(param_grads(model))
+        losses.append(loss.detach())
+    assert losses[0].item() > 0
+    for other_loss, other in zip(losses[1:], grads[1:]):
+        assert torch.allclose(other_loss, losses[0], atol=1e-10)
+        for a, b in zip(grads[0], other, strict=True):
+            assert torch.allclose(a, b, atol=1e-5, rtol=0)
+    assert any(g.abs().sum() > 0 for g in grads[0])
+
+
+def test_weight_zero_leaves_training_unchanged() -> None:
+    stream = make_stream()
+    batches = windows(stream)[:4]
+
+    def train(with_imm: bool) -> tuple[list[Tensor], Tensor]:
+        torch.manual_seed(3)
+        model = TinyLSTM()
+        terms: dict[str, Objective] = {"mle": TinyMLE()}
+        if with_imm:
+            terms["imm"] = make_imm(stream, model, weight=0.0, realization="replay", k=3, j=2)
+        objective = Composite(terms)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        state = model.init_state(3)
+        for batch in batches:
+            output = model(batch.inputs, state)
+            result = objective(model, batch, output)
+            optimizer.zero_grad()
+            result.total().backward()
+            optimizer.step()
+            state = [tuple(t.detach() for t in layer) for layer in output.state]
+        return [p.detach().clone() for p in model.parameters()], torch.get_rng_state()
+
+    plain, plain_rng = train(False)
+    with_zero, zero_rng = train(True)
+    for a, b in zip(plain, with_zero, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(plain_rng, zero_rng)
+
+
+@pytest.mark.parametrize("realization", ["replay", "state-bank"])
+def test_imm_branch_leaves_primary_state_and_gradient_untouched(realization: str) -> None:
+    stream = make_stream()
+    batches = windows(stream)
+    torch.manual_seed(4)
+    model = TinyLSTM()
+    imm = make_imm(stream, model, realization=realization, k=4, j=1, sample_chunk=2)
+    fill_bank(imm, model, batches[:3])
+    batch = batches[3]
+    mle = TinyMLE()
+
+    def main_grads(run_imm: bool) -> tuple[list[Tensor], Any]:
+        torch.manual_seed(5)
+        model.zero_grad()
+        start = model.init_state(3)
+        start_copy = copy.deepcopy(start)
+        output = model(batch.inputs, start)
+        final_copy = [tuple(t.detach().clone() for t in layer) for layer in output.state]
+        if run_imm:
+            imm_loss = imm(model, batch, output).losses["imm"]
+            assert imm_loss.requires_grad
+            assert model.training  # mode restored after the eval-mode IMM passes
+        for (h, c), (h0, c0) in zip(start, start_copy):
+            assert torch.equal(h, h0) and torch.equal(c, c0)
+        for (h, c), (h1, c1) in zip(output.state, final_copy):
+            assert torch.equal(h, h1) and torch.equal(c, c1)
+        mle(model, batch, output).losses["mle"].backward()
+        return param_grads(model), output.state
+
+    plain, _ = main_grads(False)
+    after_imm, _ = main_grads(True)
+    for a, b in zip(plain, after_imm, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("realization", ["replay", "state-bank"])
+def test_induced_distribution_sums_to_one(realization: str) -> None:
+    stream = make_stream()
+    torch.manual_seed(6)
+    model = TinyLSTM()
+    imm = make_imm(stream, model, realization=realization, k=5, positions_per_batch=4)
+    fill_bank(imm, model, windows(stream)[:5])
+    contexts, ids = imm._select(windows(stream)[5])
+    assert len(ids) == 4
+    sample_fn, chunks = imm._sampler(model, contexts, ids, 5, torch.device("cpu"))
+    with torch.no_grad():
+        log_probs = torch.cat([sample_fn(c) for c in range(chunks)])  # (k, P, V)
+    induced = torch.logsumexp(log_probs, 0).exp() / log_probs.size(0)
+    assert torch.allclose(induced.sum(-1), torch.ones(4), atol=1e-6)
+
+
+def test_state_bank_sample_equals_continuing_the_primary_pass() -> None:
+    """One banked state, fed the next input, gives the primary pass's next prediction (eval mode)."""
+    stream = make_stream()
+    batches = windows(stream, batch_size=1, bptt=5)
+    torch.manual_seed(7)
+    model = TinyLSTM().eval()
+    imm = make_imm(stream, model, realization="state-bank", k=3)
+    with torch.no_grad():
+        first = model(batches[0].inputs)
+        imm._record(batches[0], first)
+        second = model(batches[1].inputs, first.state)
+    contexts = batches[1].inputs[:, :1]  # the short context at the first position of the next batch
+    ids = imm.index.lookup(contexts)
+    sample_fn, _ = imm._sampler(model, contexts, ids, 3, torch.device("cpu"))
+    with torch.no_grad():
+        log_probs = sample_fn(0)  # (1, 1, V): all samples come from the single banked state
+    assert torch.allclose(log_probs[0, 0], torch.log_softmax(second.logits[0, 0], -1), atol=1e-6)
+
+
+def test_replay_window_equals_full_history_when_it_covers_it() -> None:
+    stream = make_stream(60)
+    torch.manual_seed(8)
+    model = TinyLSTM().eval()
+    imm = make_imm(stream, model, realization="replay", context_window=60, k=6)
+    contexts = stream[None, 30:31]
+    ids = imm.index.lookup(contexts)
+    torch.manual_seed(9)
+    sample_fn, _ = imm._sampler(model, contexts, ids, 6, torch.device("cpu"))
+    torch.manual_seed(9)
+    occurrences = imm.index.sample(ids, 6)[:, 0]
+    with torch.no_grad():
+        full = torch.log_softmax(model(stream[None]).logits[0], -1)  # (N, V)
+        got = sample_fn(0)[:, 0]
+    assert torch.allclose(got, full[occurrences], atol=1e-5)
+
+
+def test_short_context_index() -> None:
+    stream = make_stream(300)
+    for length in (1, 2):
+        index = ShortContextIndex(stream, VOCAB, length)
+        assert int(index.counts.sum()) == len(stream) - length
+        for context_id in range(len(index)):
+            start, count = int(index.offsets[context_id]), int(index.counts[context_id])
+            positions = index.positions[start : start + count]
+            contexts = torch.stack([stream[p - length + 1 : p + 1] for p in positions.tolist()])
+            assert (index.lookup(contexts) == context_id).all()
+        samples = index.sample(torch.arange(len(index)), 5)  # (5, C)
+        assert (index.lookup(torch.stack([stream[samples - length + 1 + i] for i in range(length)], -1)) == torch.arange(len(index))).all()
+    index = ShortContextIndex(torch.tensor([0, 1, 2, 0, 1]), VOCAB, 2)
+    assert index.lookup(torch.tensor([[1, 0], [2, 2], [0, 1]])).tolist() == [-1, -1, index.lookup(torch.tensor([[0, 1]])).item()]
+
+
+def test_k_on_every_jth_step_and_clip_group() -> None:
+    stream = make_stream()
+    model = TinyLSTM()
+    imm = make_imm(stream, model, realization="replay", k=4, j=3, clip=0.7)
+    batch = windows(stream)[0]
+    output = model(batch.inputs)
+    seen = []
+    for step in range(4):
+        batch.step = step
+        terms = imm(model, batch, output)
+        seen.append(terms.metrics["imm_k"])
+        assert terms.clip_groups == {"imm": 0.7}
+    assert seen == [4.0, 1.0, 1.0, 4.0]
+
+
+def test_imm_loss_is_cross_entropy_of_restricted_against_induced() -> None:
+    """With one occurrence per context, the induced model is Q at that occurrence: a hand-computed value."""
+    stream = torch.arange(VOCAB)  # every token once
+    model = TinyLSTM().eval()
+    imm = make_imm(stream, model, realization="replay", k=3, j=1, context_window=VOCAB, positions_per_batch=100)
+    batch = Batch(inputs=stream[None, :-1], targets=stream[None, 1:])
+    with torch.no_grad():
+        loss = imm(model, batch, model(batch.inputs)).losses["imm"]
+        log_q = torch.log_softmax(model(stream[None, :-1]).logits[0], -1)  # (V-1, V)
+        target = imm.restricted.next_token_distribution(stream[:-1, None])
+    assert math.isclose(loss.item(), -(target * log_q).sum(-1).mean().item(), rel_tol=1e-5)
+
+
+def test_config_validation_and_registration() -> None:
+    assert "imm" in OBJECTIVES
+    built = OBJECTIVES.build("imm", {"k": 3})
+    assert isinstance(built, IMM) and built.config.k == 3 and built.config.weight == 0.2
+    with pytest.raises(InfolmError, match="realization"):
+        IMMConfig(realization="magic")
+    with pytest.raises(InfolmError, match="restricted_order"):
+        IMMConfig(restricted_order=1)
+
+
+def test_state_bank_requires_a_recurrent_model() -> None:
+    class Stateless(TinyLSTM):
+        def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
+            return None
+
+    with pytest.raises(InfolmError, match="state-bank"):
+        make_imm(make_stream(), Stateless(), realization="state-bank")
