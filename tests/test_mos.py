@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from infolm.errors import InfolmError
 from infolm.models.base import MODELS, detach_state
-from infolm.models.mos import AWDLSTMMoS, MoSConfig, embedding_dropout, locked_dropout
+from infolm.models.mos import AWDLSTMMoS, MoSConfig
 
 V = 23
 
@@ -85,18 +85,6 @@ def test_dropout_off_in_eval_and_deterministic_under_seed() -> None:
     b = model(tokens).logits
     torch.testing.assert_close(a, b)
     assert not torch.allclose(a, model(tokens).logits)
-
-
-def test_locked_and_embedding_dropout_masks() -> None:
-    torch.manual_seed(6)
-    x = torch.ones(4, 9, 5)
-    y = locked_dropout(x, 0.5, training=True)
-    assert torch.equal(y, y[:, :1].expand_as(y))  # the same mask at every time step
-    assert set(y.unique().tolist()) <= {0.0, 2.0}
-    emb = torch.nn.Embedding(6, 3)
-    tokens = torch.tensor([[1, 1, 2, 1]])
-    dropped = embedding_dropout(emb, tokens, 0.5, training=True)
-    assert torch.equal(dropped[0, 0], dropped[0, 1]) and torch.equal(dropped[0, 0], dropped[0, 3])
 
 
 def test_bad_config_is_a_user_error() -> None:

@@ -21,6 +21,7 @@ from torch.func import functional_call
 
 from infolm.errors import InfolmError
 from infolm.models.base import LanguageModel, LMOutput, State, register_model
+from infolm.models.dropout import embedding_dropout, locked_dropout, weight_drop
 
 
 @dataclasses.dataclass
@@ -47,23 +48,6 @@ class MoSConfig:
                 raise InfolmError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
 
 
-def locked_dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Variational dropout: one mask per sequence, shared over time. x: (B, T, H)."""
-    if not training or p == 0.0:
-        return x
-    mask = x.new_empty(x.size(0), 1, x.size(2)).bernoulli_(1.0 - p) / (1.0 - p)  # (B, 1, H)
-    return x * mask
-
-
-def embedding_dropout(embedding: nn.Embedding, tokens: Tensor, p: float, training: bool) -> Tensor:
-    """Drop whole word types (rows of the embedding matrix) for this forward pass (AWD-LSTM)."""
-    weight = embedding.weight
-    if training and p > 0.0:
-        mask = weight.new_empty(weight.size(0), 1).bernoulli_(1.0 - p) / (1.0 - p)  # (V, 1)
-        weight = weight * mask
-    return F.embedding(tokens, weight)  # (B, T, E)
-
-
 class WeightDropLSTM(nn.Module):
     """One LSTM layer whose hidden-to-hidden matrix gets DropConnect at every forward pass.
 
@@ -78,7 +62,7 @@ class WeightDropLSTM(nn.Module):
 
     def forward(self, x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         if self.training and self.wdrop > 0.0:
-            dropped = F.dropout(self.lstm.weight_hh_l0, self.wdrop, training=True)  # (4H, H)
+            dropped = weight_drop(self.lstm.weight_hh_l0, self.wdrop, training=True)  # (4H, H)
             out, new_state = functional_call(self.lstm, {"weight_hh_l0": dropped}, (x, state))
         else:
             out, new_state = self.lstm(x, state)
@@ -122,7 +106,7 @@ class AWDLSTMMoS(LanguageModel):
         batch_size = tokens.size(0)
         if state is None:
             state = self.init_state(batch_size, tokens.device)
-        x = embedding_dropout(self.encoder, tokens, c.dropoute, self.training)  # (B, T, E)
+        x = F.embedding(tokens, embedding_dropout(self.encoder.weight, c.dropoute, self.training))  # (B, T, E)
         x = locked_dropout(x, c.dropouti, self.training)
         hiddens, raw_hiddens, new_state = [], [], []
         for layer, rnn in enumerate(self.rnns):
