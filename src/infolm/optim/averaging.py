@@ -120,9 +120,13 @@ class WeightAverager:
         for i, buffer in enumerate(buffers):
             key = f"{prefix}.{i}"
             if key not in state or not isinstance(state[key], Tensor):
-                raise InfolmError(f"averager state has no tensor {key!r}: the checkpoint is for another averager or model")
+                raise InfolmError(
+                    f"averager state has no tensor {key!r}: the checkpoint is for another averager or model"
+                )
             if state[key].shape != buffer.shape:
-                raise InfolmError(f"averager state {key!r} has shape {tuple(state[key].shape)}, expected {tuple(buffer.shape)}")
+                raise InfolmError(
+                    f"averager state {key!r} has shape {tuple(state[key].shape)}, expected {tuple(buffer.shape)}"
+                )
             buffer.copy_(state[key])
         if f"{prefix}.{len(buffers)}" in state:
             raise InfolmError(f"averager state holds more {prefix!r} tensors than the model has parameters")
@@ -260,7 +264,7 @@ class TwoTailedAverager(WeightAverager):
 
         self.use_raw = False
         if self.config.defer_to_raw and self.L > 1 and f_raw <= f_long:  # Alg. 2, l. 8-11
-            if self.L == period:  # the raw weights have been better at every evaluation: reinitialize
+            if period == self.L:  # the raw weights have been better at every evaluation: reinitialize
                 self.S = self.L = 0
                 self.short_stagnation, self.long_stagnation = _Stagnation(), _Stagnation()
             self.use_raw = True
@@ -311,7 +315,9 @@ class TailConfig:
 
     def __post_init__(self) -> None:
         if self.start < 0 or self.nonmono < 0:
-            raise InfolmError(f"tail averaging start and nonmono must be non-negative, got {self.start}, {self.nonmono}")
+            raise InfolmError(
+                f"tail averaging start and nonmono must be non-negative, got {self.start}, {self.nonmono}"
+            )
 
 
 @register_averager("tail", config=TailConfig)
@@ -361,9 +367,15 @@ class TailAverager(WeightAverager):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._check_not_swapped("load_state_dict")
         self._load_buffers("mean", self.mean, state)
-        self.count, self.started_at, self.last_step = int(state["count"]), int(state["started_at"]), int(state["last_step"])
+        self.count, self.started_at, self.last_step = (
+            int(state["count"]),
+            int(state["started_at"]),
+            int(state["last_step"]),
+        )
         if self.trigger is not None:
-            self.trigger.load_state_dict({k[len("trigger.") :]: v for k, v in state.items() if k.startswith("trigger.")})
+            self.trigger.load_state_dict(
+                {k[len("trigger.") :]: v for k, v in state.items() if k.startswith("trigger.")}
+            )
 
 
 # ---------------------------------------------------------------------------------------------
