@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -74,7 +74,9 @@ class IMMConfig:
         if self.clip < 0:
             raise InfolmError(f"objective.imm.clip must be non-negative, got {self.clip}")
         if self.realization not in REALIZATIONS:
-            raise InfolmError(f"objective.imm.realization must be one of {', '.join(REALIZATIONS)}; got {self.realization!r}")
+            raise InfolmError(
+                f"objective.imm.realization must be one of {', '.join(REALIZATIONS)}; got {self.realization!r}"
+            )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,7 +135,9 @@ class _CrosstalkInducedCrossEntropy(torch.autograd.Function):
         return (None, None, None, *grads)
 
 
-def crosstalk_induced_cross_entropy(sample_fn: SampleFn, num_chunks: int, target: Tensor, params: list[Tensor]) -> Tensor:
+def crosstalk_induced_cross_entropy(
+    sample_fn: SampleFn, num_chunks: int, target: Tensor, params: Sequence[Tensor]
+) -> Tensor:
     """Eq. 15 over ``num_chunks`` chunks of samples with the memory-saving crosstalk gradient (App. C.2)."""
     loss: Tensor = _CrosstalkInducedCrossEntropy.apply(sample_fn, num_chunks, target, *params)
     return loss
@@ -165,7 +169,9 @@ class ShortContextIndex:
     def __init__(self, stream: Tensor, vocab_size: int, context_len: int) -> None:
         tokens = stream.cpu().numpy().astype(np.int64)
         if tokens.size < context_len + 1:
-            raise InfolmError(f"the training stream ({tokens.size} tokens) is too short for {context_len}-token contexts")
+            raise InfolmError(
+                f"the training stream ({tokens.size} tokens) is too short for {context_len}-token contexts"
+            )
         self.vocab_size, self.context_len = vocab_size, context_len
         self.stream = stream.cpu()
         windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], context_len)  # (N-L, L), ends at p=L-1..N-2
@@ -227,7 +233,9 @@ class StateBank:
             device = leaves[0].device
             self.keys = torch.full((self.capacity,), -1, dtype=torch.long, device=device)
             self.leaves = [
-                torch.zeros((self.capacity,) + tuple(t.movedim(_batch_dim(t), 0).shape[1:]), dtype=t.dtype, device=device)
+                torch.zeros(
+                    (self.capacity,) + tuple(t.movedim(_batch_dim(t), 0).shape[1:]), dtype=t.dtype, device=device
+                )
                 for t in leaves
             ]
             self.spec = spec
@@ -267,6 +275,10 @@ class StateBank:
     def as_state(self, leaves: list[Tensor]) -> Any:
         """Batch-first leaves -> a state pytree in the model's layout."""
         return tree_unflatten([t.movedim(0, 1) if t.dim() == 3 else t for t in leaves], self.spec)
+
+
+def _at_least_fp32(logits: Tensor) -> Tensor:
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 @contextlib.contextmanager
@@ -360,7 +372,9 @@ class IMM(Objective):
 
     # -- how extended contexts are fed ------------------------------------------------------------
 
-    def _sampler(self, model: nn.Module, contexts: Tensor, context_ids: Tensor, k: int, device: torch.device) -> tuple[SampleFn, int]:
+    def _sampler(
+        self, model: nn.Module, contexts: Tensor, context_ids: Tensor, k: int, device: torch.device
+    ) -> tuple[SampleFn, int]:
         """A deterministic function chunk -> (c, P, V) log Q(·|sh, x_i) for the k samples, and the chunk count."""
         assert self.index is not None
         chunk = min(self.config.sample_chunk, k)
@@ -379,9 +393,11 @@ class IMM(Objective):
                 rows = windows[index * chunk : (index + 1) * chunk]  # (c, P, W)
                 flat = rows.reshape(-1, window)
                 with eval_mode(model):
-                    logits = model(flat, model.init_state(flat.size(0), device)).logits  # (c*P, W, V)
-                picked = logits[torch.arange(flat.size(0), device=device), read[index * chunk : (index + 1) * chunk].reshape(-1)]
-                return torch.log_softmax(picked.float(), dim=-1).view(rows.size(0), num_positions, -1)
+                    logits = model(flat, model.init_state(flat.size(0), device)).logits  # type: ignore[operator]  # (c*P, W, V)
+                picked = logits[
+                    torch.arange(flat.size(0), device=device), read[index * chunk : (index + 1) * chunk].reshape(-1)
+                ]
+                return torch.log_softmax(_at_least_fp32(picked), dim=-1).view(rows.size(0), num_positions, -1)
 
             return replay_fn, num_chunks
 
@@ -395,7 +411,7 @@ class IMM(Objective):
             tokens = last_tokens.repeat(count).unsqueeze(1)  # (c*P, 1)
             with eval_mode(model):
                 logits = model(tokens, state).logits[:, 0]  # (c*P, V)
-            return torch.log_softmax(logits.float(), dim=-1).view(count, num_positions, -1)
+            return torch.log_softmax(_at_least_fp32(logits), dim=-1).view(count, num_positions, -1)
 
         return bank_fn, num_chunks
 
