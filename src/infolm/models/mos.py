@@ -62,7 +62,8 @@ class WeightDropLSTM(nn.Module):
 
     def forward(self, x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         if self.training and self.wdrop > 0.0:
-            dropped = weight_drop(self.lstm.weight_hh_l0, self.wdrop, training=True)  # (4H, H)
+            weight: Tensor = self.lstm.weight_hh_l0  # type: ignore[assignment]
+            dropped = weight_drop(weight, self.wdrop, training=True)  # (4H, H)
             out, new_state = functional_call(self.lstm, {"weight_hh_l0": dropped}, (x, state))
         else:
             out, new_state = self.lstm(x, state)

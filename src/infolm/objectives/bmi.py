@@ -1,0 +1,215 @@
+"""BMI: the bootstrapped mutual-information regularizer (Cao & Xu, Alg. 1).
+
+Phase I (Sec. 3.1): a discriminator D_theta on max-pooled hidden states phi_omega of consecutive
+sentences (S_l, S_{l+1}) versus random pairs (S_l, S_k) maximizes the softplus proxy of Eq. 6, a
+lower bound on I^P(X; Y) that shapes both theta and the LM's features omega.
+
+Phase II (Sec. 3.2, after the NT-ASGD switching condition or ``phase2_start`` steps): IW-RAML.
+Y~ is drawn from the geometric proposal G over the sentences following Y* = S_{l+1} (Eq. 15), the
+reward is r = D(phi_X, phi_Y~) - D(phi_X, phi_Y*) (Eq. 14), and the LM maximizes the conditional
+log-likelihood log Q(Y~ | X) weighted by exp(r / beta) / G, self-normalized over the minibatch (Eq. 16).
+
+The term samples its own sentence pairs from the training split at every call and runs ``model`` on
+them from ``model.init_state``; it does not use the trainer's stream batch. Its losses are ``bmi``
+(Phase I) and ``bmi_raml`` (Phase II). theta has its own Adam (``param_groups``).
+
+Choices where the paper is silent: phi pools ``output.hiddens`` (the layer outputs the model
+returns, dropout included in training) over each sentence's real tokens; the IW-RAML loss is the
+weighted *summed* log-likelihood of Y~ divided by the minibatch's mean length of Y~ (a constant
+rescaling to per-token scale, so the weight means the same as for the per-token MLE); the reward
+and the importance weights are constants for the gradient (Eq. 16 differentiates log Q only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from infolm.data.pairs import SentenceIndex, concat_padded
+from infolm.errors import InfolmError
+from infolm.evaluation.mi import PairDiscriminator, dv_mi_lower_bound, jsd_mi_lower_bound
+from infolm.models.base import LanguageModel
+from infolm.objectives.base import Batch, Objective, Terms, register_objective
+from infolm.optim.ntasgd import NonMonotoneTrigger
+
+
+@dataclasses.dataclass
+class BMIConfig:
+    weight: float = 0.1  # multiplier of the whole term in the Composite; paper 0.1 (PTB), 0.02 (WT2)
+    phase1_weight: float = 1.0  # relative weight of the Phase-I proxy, Eq. 6 (0: Phase II only)
+    phase2_weight: float = 1.0  # relative weight of IW-RAML, Eq. 16, once Phase II is on
+    variant: str = "full"  # full: Phase I, then I + II (BMI-full) | base: Phase I throughout (BMI-base)
+    phase2_start: int | None = None  # switch to Phase II after this many steps (None: NT-ASGD condition)
+    nonmono: int = 5  # non-monotone interval of the NT-ASGD switching condition (Merity et al.: 5)
+    batch_size: int = 12  # sentence pairs M per step (Alg. 1); paper: the LM batch size (MoS PTB: 12)
+    max_sentence_len: int = 60  # sentences are cut to this many tokens (PTB: 99.9% are shorter)
+    hidden: int = 500  # hidden units of D_theta; paper 500
+    lr: float = 2e-4  # Adam learning rate of theta; paper 2e-4
+    weight_decay: float = 1e-6  # Adam weight decay of theta; paper 1e-6
+    lam: float = 0.3  # lambda of the geometric proposal G, Eq. 15; paper 0.3
+    beta: float = 1.0  # RAML temperature beta of the pay-off exp(r / beta), Eq. 13; paper 1
+    features: str = "hiddens"  # hiddens | raw_hiddens: the per-layer states that phi max-pools
+
+    def __post_init__(self) -> None:
+        if self.variant not in ("full", "base"):
+            raise InfolmError(f"objective.bmi.variant must be full or base, got {self.variant!r}")
+        if self.features not in ("hiddens", "raw_hiddens"):
+            raise InfolmError(f"objective.bmi.features must be hiddens or raw_hiddens, got {self.features!r}")
+        for key in ("phase1_weight", "phase2_weight", "weight_decay"):
+            if getattr(self, key) < 0:
+                raise InfolmError(f"objective.bmi.{key} must be non-negative, got {getattr(self, key)}")
+        for key in ("nonmono", "batch_size", "max_sentence_len", "hidden"):
+            if getattr(self, key) < 1:
+                raise InfolmError(f"objective.bmi.{key} must be positive, got {getattr(self, key)}")
+        if self.batch_size < 2:
+            raise InfolmError("objective.bmi.batch_size must be at least 2 (self-normalized weights)")
+        if not 0.0 < self.lam <= 1.0:
+            raise InfolmError(f"objective.bmi.lam must be in (0, 1], got {self.lam}")
+        if self.beta <= 0 or self.lr <= 0:
+            raise InfolmError("objective.bmi.beta and objective.bmi.lr must be positive")
+        if self.phase2_start is not None and self.phase2_start < 0:
+            raise InfolmError(f"objective.bmi.phase2_start must be non-negative, got {self.phase2_start}")
+
+
+def max_pool_features(layers: list[Tensor], lengths: Tensor) -> Tensor:
+    """phi: max over each sequence's first ``lengths`` steps of every layer, concatenated. (B, sum H_l)."""
+    steps = layers[0].size(1)
+    pad = torch.arange(steps, device=lengths.device)[None, :, None] >= lengths[:, None, None]  # (B, T, 1)
+    return torch.cat([h.masked_fill(pad, float("-inf")).amax(dim=1) for h in layers], dim=-1)
+
+
+def importance_weights(reward: Tensor, log_proposal: Tensor, beta: float = 1.0) -> Tensor:
+    """Self-normalized weights of Eq. 16: exp(r / beta) / G, normalized over the minibatch (sum to 1). (M,)."""
+    return torch.softmax(reward / beta - log_proposal, dim=0)
+
+
+def conditional_log_likelihood(
+    model: LanguageModel, x: Tensor, x_len: Tensor, y: Tensor, y_len: Tensor, pad_id: int = 0
+) -> Tensor:
+    """log Q(Y | X) summed over Y's tokens, reading X then Y from the initial state. x, y padded; returns (B,)."""
+    tokens, total = concat_padded(x, x_len, y, y_len, pad_id)  # (B, Lx+Ly)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    output = model(inputs, model.init_state(inputs.size(0), inputs.device))
+    log_probs = F.log_softmax(output.logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    position = torch.arange(1, tokens.size(1), device=tokens.device)[None, :]  # position of each target
+    in_y = (position >= x_len[:, None]) & (position < total[:, None])  # (B, L-1)
+    return (log_probs * in_y).sum(dim=1)
+
+
+@register_objective("bmi", config=BMIConfig)
+class BMI(Objective):
+    """Bootstrapped MI regularizer: next-sentence discriminator (Phase I) and IW-RAML (Phase II)."""
+
+    def __init__(self, config: BMIConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.index: SentenceIndex | None = None
+        self.discriminator: PairDiscriminator | None = None
+        self.phase2 = False
+        self.trigger = NonMonotoneTrigger(config.nonmono)
+
+    # --- setup and optimizer ---
+
+    def setup(self, corpus: Any, model: nn.Module) -> None:
+        """Index the training sentences; size D_theta from the model's per-layer hidden widths."""
+        self.index = SentenceIndex.from_corpus(corpus, "train", max_len=self.config.max_sentence_len)
+        if self.discriminator is None:
+            self.discriminator = PairDiscriminator(self.feature_size(cast(LanguageModel, model)), self.config.hidden)
+
+    def feature_size(self, model: LanguageModel) -> int:
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            output = model(torch.zeros(1, 1, dtype=torch.long, device=device), model.init_state(1, device))
+        model.train(was_training)
+        return sum(h.size(-1) for h in self._layers(output))
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        if self.discriminator is None:
+            raise RuntimeError("BMI.setup(corpus, model) must run before param_groups()")
+        c = self.config
+        params = list(self.discriminator.parameters())
+        return [{"params": params, "optimizer": "adam", "lr": c.lr, "weight_decay": c.weight_decay}]
+
+    # --- phase switching ---
+
+    def on_step_end(self, step: int, metrics: Mapping[str, float]) -> None:
+        c = self.config
+        if c.variant == "full" and c.phase2_start is not None and step >= c.phase2_start:
+            self.phase2 = True
+
+    def on_evaluation(self, step: int, valid_loss: float) -> None:
+        # the SGD -> ASGD switching condition of Merity et al. also switches Phase I -> II (Sec. 5)
+        fired = self.trigger.observe(valid_loss)
+        if self.config.variant == "full" and self.config.phase2_start is None and fired:
+            self.phase2 = True
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"phase2": torch.tensor(self.phase2), "trigger": self.trigger.state_dict()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.phase2 = bool(state["phase2"])
+        self.trigger.load_state_dict(state["trigger"])
+
+    # --- the term ---
+
+    def _layers(self, output: Any) -> list[Tensor]:
+        layers = output.raw_hiddens if self.config.features == "raw_hiddens" else output.hiddens
+        if not layers:
+            raise InfolmError(f"objective.bmi needs a model that returns {self.config.features}")
+        return list(layers)
+
+    def features(self, model: LanguageModel, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """phi_omega of each padded sentence, from the model's initial state. (B, F)."""
+        output = model(tokens, model.init_state(tokens.size(0), tokens.device))
+        return max_pool_features(self._layers(output), lengths)
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        if self.index is None or self.discriminator is None:
+            raise RuntimeError("BMI.setup(corpus, model) must run before training")
+        c = self.config
+        lm = cast(LanguageModel, model)
+        use_phase2 = self.phase2 and c.phase2_weight > 0
+        if c.phase1_weight == 0 and not use_phase2:
+            return Terms()  # nothing to optimize: no compute, no RNG use
+        device = batch.inputs.device
+        if self.index.stream.device != device:
+            self.index = self.index.to(device)  # gather sentence batches where the model runs
+        m = c.batch_size
+        x_idx, y_idx = self.index.sample_positive(m)  # (S_l, S_{l+1}) ~ P_XY
+        indices = [x_idx, y_idx, self.index.sample_negative(m)]  # S_k ~ P_Y for P_X x P_Y
+        if use_phase2:
+            tilde_idx, log_g = self.index.sample_geometric(y_idx, c.lam)  # Y~ ~ G(. | Y* = S_{l+1}), Eq. 15
+            indices.append(tilde_idx)
+        tokens, lengths = self.index.batch(torch.cat(indices))
+        tokens, lengths = tokens.to(device), lengths.to(device)
+        phi = self.features(lm, tokens, lengths)  # (k*M, F)
+        phi_x, phi_y, phi_neg = phi[:m], phi[m : 2 * m], phi[2 * m : 3 * m]
+        pos, neg = self.discriminator(phi_x, phi_y), self.discriminator(phi_x, phi_neg)  # (M,), (M,)
+
+        terms = Terms()
+        if c.phase1_weight > 0:
+            terms.losses["bmi"] = -c.phase1_weight * jsd_mi_lower_bound(pos, neg)  # maximize Eq. 6
+        with torch.no_grad():
+            terms.metrics["bmi_mine"] = float(dv_mi_lower_bound(pos, neg))  # Eq. 4 on this minibatch
+            terms.metrics["bmi_acc"] = float(((pos > 0).float().mean() + (neg < 0).float().mean()) / 2)
+        terms.metrics["bmi_phase"] = 2.0 if self.phase2 else 1.0
+
+        if use_phase2:
+            with torch.no_grad():
+                reward = self.discriminator(phi_x, phi[3 * m :]) - pos  # Eq. 14, shift by the score of Y*
+                weights = importance_weights(reward, log_g.to(device), c.beta)  # Eq. 16, self-normalized
+            x_tokens, x_len = tokens[:m], lengths[:m]
+            y_tokens, y_len = tokens[3 * m :], lengths[3 * m :]
+            log_q = conditional_log_likelihood(lm, x_tokens, x_len, y_tokens, y_len, self.index.pad_id)  # (M,)
+            raml = -(weights * log_q).sum() / y_len.float().mean()
+            terms.losses["bmi_raml"] = c.phase2_weight * raml
+            terms.metrics["bmi_raml_ess"] = float(1.0 / (weights**2).sum())  # effective sample size of the IS
+            terms.metrics["bmi_raml_reward"] = float(reward.mean())
+        return terms

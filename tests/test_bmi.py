@@ -1,0 +1,231 @@
+"""BMI regularizer: importance weights, conditional likelihood, phase switching, weight 0 changes nothing."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from infolm.data.corpus import Corpus
+from infolm.errors import InfolmError
+from infolm.models.base import MODELS, LanguageModel
+from infolm.objectives.base import OBJECTIVES, Batch, Composite
+from infolm.objectives.bmi import (
+    BMI,
+    conditional_log_likelihood,
+    importance_weights,
+    max_pool_features,
+)
+from infolm.objectives.mle import MLE, MLEConfig
+
+
+def topic_corpus(lines: int = 200, seed: int = 0) -> Corpus:
+    """Runs of 4 lines share one of 5 topics (disjoint 6-word vocabularies): consecutive lines are dependent."""
+    rng = random.Random(seed)
+    out = []
+    for _block in range(lines // 4):
+        topic = rng.randrange(5)
+        for _ in range(4):
+            out.append(" ".join(f"w{topic}_{rng.randrange(6)}" for _ in range(rng.randint(3, 7))))
+    return Corpus.from_texts("topics", "word", {"train": "\n".join(out) + "\n"})
+
+
+def tiny_lstm(vocab_size: int, seed: int = 0) -> LanguageModel:
+    torch.manual_seed(seed)
+    import infolm.models.lstm  # noqa: F401  (registration)
+
+    return MODELS.build("lstm", {"emb": 16, "hidden": 16, "layers": 2}, vocab_size=vocab_size)
+
+
+def build_bmi(corpus: Corpus, model: torch.nn.Module, **settings: object) -> BMI:
+    term = OBJECTIVES.build("bmi", {"batch_size": 8, "hidden": 32, **settings})
+    assert isinstance(term, BMI)
+    term.setup(corpus, model)
+    return term
+
+
+def stream_batch(corpus: Corpus, step: int = 0) -> Batch:
+    data = corpus.stream("train")[: 4 * 11].view(4, 11)
+    return Batch(inputs=data[:, :-1], targets=data[:, 1:], step=step)
+
+
+def test_self_normalized_importance_weights() -> None:
+    reward = torch.tensor([0.0, -1.0, 2.0, 0.5])
+    log_g = torch.log(torch.tensor([0.3, 0.21, 0.147, 0.3]))
+    weights = importance_weights(reward, log_g, beta=1.0)
+    assert math.isclose(float(weights.sum()), 1.0, rel_tol=1e-6)
+    unnormalized = torch.exp(reward) / log_g.exp()  # p*_beta(Y | Y*) / G(Y | Y*) up to Z, Eq. 16
+    torch.testing.assert_close(weights, unnormalized / unnormalized.sum())
+    flat = importance_weights(reward, log_g, beta=1e9)  # beta -> inf: weights are 1 / G, normalized
+    torch.testing.assert_close(flat, (1 / log_g.exp()) / (1 / log_g.exp()).sum())
+
+
+def test_max_pool_ignores_padding() -> None:
+    h = torch.tensor([[[1.0], [5.0], [9.0]], [[-3.0], [-2.0], [-1.0]]])  # (B=2, T=3, H=1)
+    phi = max_pool_features([h, -h], torch.tensor([2, 3]))
+    assert phi.tolist() == [[5.0, -1.0], [-1.0, 3.0]]
+
+
+def test_conditional_log_likelihood_equals_per_example_computation() -> None:
+    corpus = topic_corpus()
+    model = tiny_lstm(len(corpus.vocab)).eval()
+    x = [corpus.sentence("train", i) for i in (0, 5, 9)]
+    y = [corpus.sentence("train", i) for i in (1, 2, 30)]
+    pad = lambda seqs: torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True)  # noqa: E731
+    x_len, y_len = torch.tensor([len(s) for s in x]), torch.tensor([len(s) for s in y])
+    batched = conditional_log_likelihood(model, pad(x), x_len, pad(y), y_len)
+    for i in range(3):
+        seq = torch.cat([x[i], y[i]])[None]
+        logits = model(seq[:, :-1], model.init_state(1)).logits
+        log_probs = F.log_softmax(logits, -1)[0].gather(-1, seq[0, 1:, None]).squeeze(-1)
+        expected = log_probs[len(x[i]) - 1 :].sum()
+        torch.testing.assert_close(batched[i], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_phase1_loss_is_the_eq6_proxy_on_replayed_samples() -> None:
+    corpus = topic_corpus()
+    model = tiny_lstm(len(corpus.vocab)).eval()
+    term = build_bmi(corpus, model)
+    torch.manual_seed(3)
+    terms = term(model, stream_batch(corpus), None)
+    assert set(terms.losses) == {"bmi"} and terms.metrics["bmi_phase"] == 1.0
+    torch.manual_seed(3)
+    assert term.index is not None and term.discriminator is not None
+    x, y = term.index.sample_positive(8)
+    neg = term.index.sample_negative(8)
+    feats = [term.features(model, *term.index.batch(i)) for i in (x, y, neg)]
+    pos, negs = term.discriminator(feats[0], feats[1]), term.discriminator(feats[0], feats[2])
+    expected = F.softplus(-pos).mean() + F.softplus(negs).mean()  # -(Eq. 6)
+    torch.testing.assert_close(terms.losses["bmi"], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_raml_with_point_proposal_and_flat_payoff_is_the_mean_next_sentence_likelihood() -> None:
+    # lambda = 1 puts all of G on Y* and beta -> inf flattens the pay-off: IW-RAML = MLE of Y* given X
+    corpus = topic_corpus()
+    model = tiny_lstm(len(corpus.vocab)).eval()
+    term = build_bmi(corpus, model, lam=1.0, beta=1e9, phase2_start=0, phase1_weight=0.0)
+    term.on_step_end(0, {})
+    torch.manual_seed(4)
+    terms = term(model, stream_batch(corpus), None)
+    assert set(terms.losses) == {"bmi_raml"} and terms.metrics["bmi_phase"] == 2.0
+    assert abs(terms.metrics["bmi_raml_reward"]) < 1e-5 and math.isclose(terms.metrics["bmi_raml_ess"], 8, rel_tol=1e-5)
+    torch.manual_seed(4)
+    assert term.index is not None
+    x, y = term.index.sample_positive(8)
+    term.index.sample_negative(8)
+    xt, xl = term.index.batch(x)
+    yt, yl = term.index.batch(y)
+    expected = -conditional_log_likelihood(model, xt, xl, yt, yl).mean() / yl.float().mean()
+    torch.testing.assert_close(terms.losses["bmi_raml"], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_phase_switch_by_steps_by_ntasgd_and_never_for_base() -> None:
+    corpus = topic_corpus(40)
+    model = tiny_lstm(len(corpus.vocab))
+    by_steps = build_bmi(corpus, model, phase2_start=3)
+    by_steps.on_step_end(2, {})
+    assert not by_steps.phase2
+    by_steps.on_step_end(3, {})
+    assert by_steps.phase2
+    nt = build_bmi(corpus, model, nonmono=2)
+    for loss in (5.0, 4.0, 3.0, 2.9):
+        nt.on_evaluation(0, loss)
+    assert not nt.phase2
+    nt.on_evaluation(0, 4.5)  # worse than min of all but the last 2 evaluations
+    assert nt.phase2
+    base = build_bmi(corpus, model, variant="base", phase2_start=0)
+    base.on_step_end(10, {})
+    for loss in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0):
+        base.on_evaluation(0, loss)
+    assert not base.phase2
+    restored = build_bmi(corpus, model, nonmono=2)
+    restored.load_state_dict(nt.state_dict())
+    assert restored.phase2 and restored.trigger.losses == nt.trigger.losses
+
+
+def test_param_groups_put_the_discriminator_on_its_own_adam() -> None:
+    corpus = topic_corpus(40)
+    model = tiny_lstm(len(corpus.vocab))
+    term = build_bmi(corpus, model)
+    (group,) = term.param_groups()
+    assert group["optimizer"] == "adam" and group["lr"] == 2e-4 and group["weight_decay"] == 1e-6
+    assert term.discriminator is not None
+    assert {id(p) for p in group["params"]} == {id(p) for p in term.discriminator.parameters()}
+    first = term.discriminator.net[0]
+    assert isinstance(first, torch.nn.Linear) and first.in_features == 5 * (16 + 16)
+
+
+def train_steps(corpus: Corpus, composite: Composite, steps: int = 3) -> list[torch.Tensor]:
+    model = tiny_lstm(len(corpus.vocab), seed=1).train()
+    composite.setup(corpus, model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    torch.manual_seed(7)
+    for step in range(steps):
+        batch = stream_batch(corpus, step)
+        output = model(batch.inputs, model.init_state(4))
+        loss = composite(model, batch, output).total()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        composite.on_step_end(step + 1, {})
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("settings", [{"weight": 0.0}, {"weight": 0.1, "phase1_weight": 0.0, "phase2_weight": 0.0}])
+def test_zero_bmi_weights_leave_training_unchanged(settings: dict[str, float]) -> None:
+    corpus = topic_corpus(80)
+    baseline = train_steps(corpus, Composite({"mle": MLE(MLEConfig())}))
+    term = OBJECTIVES.build("bmi", {"batch_size": 4, "hidden": 8, "phase2_start": 1, **settings})
+    with_bmi = train_steps(corpus, Composite({"mle": MLE(MLEConfig()), "bmi": term}))
+    for a, b in zip(baseline, with_bmi, strict=True):
+        assert torch.equal(a, b)
+    active = OBJECTIVES.build("bmi", {"batch_size": 4, "hidden": 8, "weight": 0.1})
+    changed = train_steps(corpus, Composite({"mle": MLE(MLEConfig()), "bmi": active}))
+    assert any(not torch.equal(a, b) for a, b in zip(baseline, changed, strict=True))
+
+
+def test_phase1_training_learns_the_next_sentence_dependency() -> None:
+    corpus = topic_corpus(200)
+    model = tiny_lstm(len(corpus.vocab), seed=2).train()
+    term = build_bmi(corpus, model, batch_size=32, hidden=32)
+    (group,) = term.param_groups()
+    optimizer = torch.optim.Adam(list(model.parameters()) + group["params"], lr=3e-3)
+    torch.manual_seed(0)
+    bounds = []
+    for step in range(120):
+        terms = term(model, stream_batch(corpus, step), None)
+        optimizer.zero_grad()
+        terms.total().backward()
+        optimizer.step()
+        bounds.append(terms.metrics["bmi_mine"])
+    early, late = sum(bounds[:10]) / 10, sum(bounds[-20:]) / 20
+    assert late > early + 0.3, (early, late)  # the MINE bound of the minibatch grows from about 0
+
+
+def test_works_with_the_mixture_of_softmaxes_model_in_phase2() -> None:
+    from infolm.models.mos import AWDLSTMMoS
+
+    corpus = topic_corpus(60)
+    torch.manual_seed(0)
+    model: AWDLSTMMoS = MODELS.build(  # type: ignore[assignment]
+        "awd-lstm-mos", {"emb": 8, "hidden": 12, "last_hidden": 8, "n_experts": 2}, vocab_size=len(corpus.vocab)
+    )
+    term = build_bmi(corpus, model, phase2_start=0)
+    term.on_step_end(0, {})
+    terms = term(model, stream_batch(corpus), None)
+    assert set(terms.losses) == {"bmi", "bmi_raml"}
+    terms.total().backward()
+    assert model.encoder.weight.grad is not None and term.discriminator is not None
+    assert term.discriminator.net[0].weight.grad is not None
+
+
+def test_bad_settings_are_user_errors() -> None:
+    with pytest.raises(InfolmError):
+        OBJECTIVES.build("bmi", {"variant": "half"})
+    with pytest.raises(InfolmError):
+        OBJECTIVES.build("bmi", {"lam": 0.0})
+    with pytest.raises(RuntimeError):
+        BMI(OBJECTIVES.make_config("bmi", {})).param_groups()
