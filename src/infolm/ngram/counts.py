@@ -87,9 +87,7 @@ class NgramCounts:
             keys, inverse, count = np.unique(key, return_inverse=True, return_counts=True)
             suffix = np.empty(len(keys), dtype=np.int64)
             suffix[inverse] = ending[k - 1 :]  # the (k-1)-gram ending at the same position
-            self.orders.append(
-                OrderCounts(keys, keys // vocab_size, suffix, keys % vocab_size, count.astype(np.int64))
-            )
+            self.orders.append(OrderCounts(keys, keys // vocab_size, suffix, keys % vocab_size, count.astype(np.int64)))
             new_ending = np.full(len(tokens), -1, dtype=np.int64)
             new_ending[k - 1 :] = inverse
             ending = new_ending

@@ -81,7 +81,9 @@ class NgramModel:
         for j in range(2, max_len + 1):
             current = np.full(tokens.shape, -1, dtype=np.int64)
             if tokens.shape[1] >= j:
-                current[:, j - 1 :] = lookup(self.tables[j - 1].keys, ends[-1][:, j - 2 : -1], tokens[:, j - 1 :], vocab)
+                current[:, j - 1 :] = lookup(
+                    self.tables[j - 1].keys, ends[-1][:, j - 2 : -1], tokens[:, j - 1 :], vocab
+                )
             ends.append(current)
         return ends
 
