@@ -1,0 +1,87 @@
+"""Step time (forward + backward over a sequence) of infolm's recurrent cells beside ``torch.nn.LSTM``.
+
+    python benchmarks/cells.py --json                     # hidden 256 and 512, batch 32, T 35, 1 thread
+    python benchmarks/cells.py --hidden 650 --backends fused,eager
+
+Each measurement runs the cell on ``x (B, T, H)`` from a zero state and back-propagates ``sum(outputs)``.
+Models are timed in interleaved rounds (robust to a shared, noisy machine) and the median is reported.
+With ``--json`` the top-level ``*_vs_nn_lstm`` keys are the largest ratio over the hidden sizes measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from infolm.models.cells import LSTMCell, MogrifierLSTMCell, RLSTMCell
+
+
+def _step(module: nn.Module, x: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        outputs = module(x)[0]
+        outputs.sum().backward()
+
+    return run
+
+
+def measure(hidden: int, batch: int, steps: int, rounds: int, rank: int, backends: list[str], repeats: int) -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(batch, steps, hidden)
+    models: dict[str, nn.Module] = {"nn_lstm": nn.LSTM(hidden, hidden, batch_first=True)}
+    for backend in backends:
+        suffix = "" if backend == "fused" else f"_{backend}"
+        models[f"lstm{suffix}"] = LSTMCell(hidden, hidden, capped_input_gate=True, backend=backend)
+        models[f"mogrifier{suffix}"] = MogrifierLSTMCell(hidden, hidden, rounds=rounds, rank=rank, backend=backend)
+        models[f"rlstm{suffix}"] = RLSTMCell(hidden, hidden, backend=backend)
+    runs = {name: _step(module, x) for name, module in models.items()}
+    for run in runs.values():  # warm-up
+        run()
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    medians = {name: 1000.0 * statistics.median(values) for name, values in times.items()}
+    ratios = {f"{name}_vs_nn_lstm": medians[name] / medians["nn_lstm"] for name in medians if name != "nn_lstm"}
+    return {"hidden": hidden, "ms": medians, **ratios}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[256, 512], help="hidden (= input) sizes")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=35, help="sequence length T")
+    parser.add_argument("--rounds", type=int, default=5, help="Mogrifier rounds r")
+    parser.add_argument("--rank", type=int, default=64, help="Mogrifier rank k (<= 0: full rank)")
+    parser.add_argument("--backends", default="fused", help="comma-separated: fused, eager")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    sizes = [measure(h, args.batch, args.steps, args.rounds, args.rank, backends, args.repeats) for h in args.hidden]
+    keys = [k for k in sizes[0] if k.endswith("_vs_nn_lstm")]
+    summary = {key: max(size[key] for size in sizes) for key in keys}
+    setup = {"batch": args.batch, "steps": args.steps, "rounds": args.rounds, "rank": args.rank}
+    result = {**summary, "setup": {**setup, "threads": args.threads, "torch": torch.__version__}, "sizes": sizes}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for size in sizes:
+        cells = ", ".join(f"{name} {ms:.1f}" for name, ms in size["ms"].items())
+        print(f"hidden {size['hidden']}: ms per step: {cells}")
+    for key, value in summary.items():
+        print(f"{key}: {value:.2f}x (worst over sizes)")
+
+
+if __name__ == "__main__":
+    main()
