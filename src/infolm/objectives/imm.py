@@ -322,7 +322,8 @@ class IMM(Objective):
         if self.restricted is None:
             from infolm.ngram import build_ngram
 
-            self.restricted = build_ngram(stream, vocab_size, self.config.restricted_order, method=self.config.method)
+            order, method, eos = self.config.restricted_order, self.config.method, corpus.vocab.eos_id
+            self.restricted = build_ngram(stream, vocab_size, order, method=method, history_id=eos)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         if self.index is None or self.restricted is None:
