@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from infolm.data.batching import IGNORE_INDEX
 from infolm.errors import InfolmError
 from infolm.evaluation.perplexity import stream_batches
-from infolm.models.base import detach_state
+from infolm.models.base import LanguageModel, detach_state
 
 
 @dataclasses.dataclass
@@ -95,7 +95,7 @@ def _eval_mode_with_grad(model: nn.Module, device: torch.device) -> Iterator[Non
         model.train(was_training)
 
 
-def _segment_nll(model: nn.Module, inputs: Tensor, targets: Tensor, state: Any) -> tuple[Tensor, int, Any]:
+def _segment_nll(model: LanguageModel, inputs: Tensor, targets: Tensor, state: Any) -> tuple[Tensor, int, Any]:
     output = model(inputs, state)
     logits = output.logits.float()  # (B, T, V)
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
@@ -103,7 +103,7 @@ def _segment_nll(model: nn.Module, inputs: Tensor, targets: Tensor, state: Any) 
 
 
 def gradient_statistics(
-    model: nn.Module,
+    model: LanguageModel,
     stream: Tensor,
     eos_id: int,
     batch_size: int = 64,
@@ -140,7 +140,7 @@ def gradient_statistics(
 
 
 def dynamic_evaluate(
-    model: nn.Module,
+    model: LanguageModel,
     stream: Tensor,
     eos_id: int,
     ms: Sequence[Tensor],
@@ -194,7 +194,7 @@ def dynamic_evaluate(
 
 
 def tune_dynamic_eval(
-    model: nn.Module,
+    model: LanguageModel,
     valid_stream: Tensor,
     eos_id: int,
     ms: Sequence[Tensor],
@@ -217,7 +217,7 @@ def tune_dynamic_eval(
 
 
 def run_dynamic_eval(
-    model: nn.Module,
+    model: LanguageModel,
     corpus: Any,
     base: DynamicEvalConfig | None = None,
     grid: DynamicEvalGrid | None = None,

@@ -19,12 +19,12 @@ import math
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from infolm.data.batching import IGNORE_INDEX
 from infolm.errors import InfolmError
 from infolm.evaluation.perplexity import stream_batches
-from infolm.models.base import detach_state
+from infolm.models.base import LanguageModel, detach_state
 
 
 @dataclasses.dataclass
@@ -61,7 +61,7 @@ def _target_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
 
 @torch.no_grad()
 def mc_dropout_evaluate(
-    model: nn.Module,
+    model: LanguageModel,
     stream: Tensor,
     eos_id: int,
     config: MCDropoutConfig | None = None,
