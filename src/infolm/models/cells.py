@@ -272,6 +272,19 @@ def _mogrify_eager(h: Tensor, x: Tensor, rounds: list[tuple[Tensor, Tensor | Non
     return h, x
 
 
+def _mogrifier_parameters(input_size: int, hidden_size: int, rounds: int, rank: int) -> nn.ParameterList:
+    """Q^i (odd rounds: h (H) -> gate on x (I)) and R^i (even rounds: x (I) -> gate on h (H)), low rank if k > 0."""
+    params = nn.ParameterList()
+    for index in range(1, rounds + 1):
+        out_size, in_size = (input_size, hidden_size) if index % 2 == 1 else (hidden_size, input_size)
+        shapes = [(out_size, rank), (rank, in_size)] if rank > 0 else [(out_size, in_size)]
+        for shape in shapes:
+            p = nn.Parameter(torch.empty(shape))
+            nn.init.uniform_(p, -1.0 / math.sqrt(shape[1]), 1.0 / math.sqrt(shape[1]))
+            params.append(p)
+    return params
+
+
 class _MogrifierSequence(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
@@ -417,15 +430,7 @@ class MogrifierLSTMCell(nn.Module):
         self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
         self.bias = nn.Parameter(torch.empty(4 * hidden_size))
         _init_uniform(self, hidden_size)
-        self.mogrifier = nn.ParameterList()
-        for index in range(1, rounds + 1):
-            # odd rounds: Q^i maps h (H) to a gate on x (I); even rounds: R^i maps x (I) to a gate on h (H)
-            out_size, in_size = (input_size, hidden_size) if index % 2 == 1 else (hidden_size, input_size)
-            shapes = [(out_size, self.rank), (self.rank, in_size)] if self.rank > 0 else [(out_size, in_size)]
-            for shape in shapes:
-                p = nn.Parameter(torch.empty(shape))
-                nn.init.uniform_(p, -1.0 / math.sqrt(shape[1]), 1.0 / math.sqrt(shape[1]))
-                self.mogrifier.append(p)
+        self.mogrifier = _mogrifier_parameters(input_size, hidden_size, rounds, self.rank)
 
     @property
     def forget_bias(self) -> Tensor:
@@ -578,19 +583,27 @@ class _RLSTMSequence(torch.autograd.Function):
 
 
 class RLSTMCell(nn.Module):
-    """Rewired LSTM (thesis Sec. 4.1): f from i*j, i capped at 1 - f, o from c (masked by ``M^state``, Sec. 4.2)."""
+    """Rewired LSTM (thesis Sec. 4.1): f from i*j, i capped at 1 - f, o from c (masked by ``M^state``, Sec. 4.2).
 
-    def __init__(self, input_size: int, hidden_size: int, backend: str = "fused"):
+    ``rounds > 0`` gives the Mogrifier RLSTM of Sec. 4.2 / Table 4.1 (mogrify(h_prev, x) feeds the RLSTM); that
+    variant runs on the eager backend (the fused BPTT covers ``rounds == 0``).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, backend: str = "fused", rounds: int = 0, rank: int = 64):
         super().__init__()
         if backend not in BACKENDS:
             raise InfolmError(f"cell backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        if rounds < 0:
+            raise InfolmError(f"mogrifier rounds must be >= 0, got {rounds}")
         self.input_size, self.hidden_size, self.backend = input_size, hidden_size, backend
+        self.rounds, self.rank = rounds, max(rank, 0)
         self.weight_ix = nn.Parameter(torch.empty(2 * hidden_size, input_size))  # rows: i, j
         self.weight_hh = nn.Parameter(torch.empty(3 * hidden_size, hidden_size))  # rows: i, j, f
         self.weight_fu = nn.Parameter(torch.empty(hidden_size, hidden_size))  # f from u = i j
         self.weight_oc = nn.Parameter(torch.empty(hidden_size, hidden_size))  # o from c
         self.bias = nn.Parameter(torch.empty(4 * hidden_size))  # i, j, f, o
         _init_uniform(self, hidden_size)
+        self.mogrifier = _mogrifier_parameters(input_size, hidden_size, rounds, self.rank)
 
     @property
     def forget_bias(self) -> Tensor:
@@ -605,7 +618,7 @@ class RLSTMCell(nn.Module):
         _check_input(x, self.input_size)
         h0, c0 = state if state is not None else _zero_state(x, self.hidden_size)
         weights = (self.weight_ix, self.weight_hh, self.weight_fu, self.weight_oc, self.bias)
-        if _use_eager(self.backend, x):
+        if self.rounds > 0 or _use_eager(self.backend, x):
             return self._forward_eager(x, (h0, c0), state_mask)
         outputs, h, c = _RLSTMSequence.apply(x, h0, c0, state_mask, *weights)
         return outputs, (h, c)
@@ -614,20 +627,24 @@ class RLSTMCell(nn.Module):
         h, c = state
         hidden = self.hidden_size
         b_i, b_j, b_f, b_o = self.bias.chunk(4)
-        projected = F.linear(x, self.weight_ix, torch.cat([b_i, b_j]))  # (B, T, 2H)
+        bias_ij = torch.cat([b_i, b_j])
+        rounds = _round_weights(list(self.mogrifier), self.rank)
+        projected = F.linear(x, self.weight_ix, bias_ij) if not rounds else None  # (B, T, 2H)
         outputs = []
         for t in range(x.size(1)):
             h_hat = h * mask if mask is not None else h
+            if projected is None:
+                h_hat, x_mog = _mogrify_eager(h_hat, x[:, t], rounds)
+                x_proj = F.linear(x_mog, self.weight_ix, bias_ij)
+            else:
+                x_proj = projected[:, t]
             recurrent = h_hat @ self.weight_hh.t()  # (B, 3H)
-            i = torch.sigmoid(projected[:, t, :hidden] + recurrent[:, :hidden])
-            j = torch.tanh(projected[:, t, hidden:] + recurrent[:, hidden : 2 * hidden])
+            i = torch.sigmoid(x_proj[:, :hidden] + recurrent[:, :hidden])
+            j = torch.tanh(x_proj[:, hidden:] + recurrent[:, hidden : 2 * hidden])
             f = torch.sigmoid((i * j) @ self.weight_fu.t() + recurrent[:, 2 * hidden :] + b_f)
-            c = f * c + torch.minimum(i, 1.0 - f) * j
+            c = f * c + torch.minimum(i, 1.0 - f) * j  # Sec. 4.1
             c_hat = c * mask if mask is not None else c
             o = torch.sigmoid(c_hat @ self.weight_oc.t() + b_o)
             h = o * torch.tanh(c)
             outputs.append(h)
         return torch.stack(outputs, 1), (h, c)
-
-
-CELLS: dict[str, type[nn.Module]] = {"lstm": LSTMCell, "mogrifier": MogrifierLSTMCell, "rlstm": RLSTMCell}
