@@ -2,6 +2,7 @@
 
 import copy
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -39,7 +40,7 @@ def _run(cell, x, state, mask, weights):
 def test_fused_cell_equals_eager_values_and_gradients(name, masked):
     """The hand-written BPTT equals autograd through the step-by-step formulas (outputs, h_T, c_T, all grads)."""
     torch.manual_seed(0)
-    fused = CELLS[name]("fused").double()
+    fused: Any = CELLS[name]("fused").double()
     eager = copy.deepcopy(fused)
     eager.backend = "eager"
     x = torch.randn(B, T, IN, dtype=torch.float64, requires_grad=True)
@@ -182,8 +183,10 @@ TINY = {"hidden": 12, "layers": 3, "rounds": 3, "rank": 4}
 DROPOUTS = {"dropout_input": 0.2, "dropout_state": 0.3, "dropout_cell": 0.2, "dropout_output": 0.3}
 
 
-def _melis(cell: str, **settings) -> MelisLM:
-    return MODELS.build("melis", {**TINY, "cell": cell, **settings}, vocab_size=V)
+def _melis(cell: str, **settings: Any) -> Any:
+    model = MODELS.build("melis", {**TINY, "cell": cell, **settings}, vocab_size=V)
+    assert isinstance(model, MelisLM)
+    return model
 
 
 @pytest.mark.parametrize("cell", ["lstm", "mogrifier", "rlstm", "mogrifier_rlstm"])
@@ -197,6 +200,7 @@ def test_melis_state_carry_over_in_eval(cell):
     assert isinstance(full, LMOutput) and full.logits.shape == (2, 10, V)
     torch.testing.assert_close(torch.cat([first.logits, second.logits], 1), full.logits, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(full.logits.log_softmax(-1).exp().sum(-1), torch.ones(2, 10))
+    assert full.raw_hiddens is not None
     assert all(h.shape == (2, 10, 12) for h in full.hiddens + full.raw_hiddens)
     assert all(t.shape == (2, 12) for layer in full.state for t in layer)  # batch in dim 0
 
@@ -208,7 +212,7 @@ def test_melis_fused_equals_eager_in_training(cell):
     fused = _melis(cell, **DROPOUTS).train()
     eager = copy.deepcopy(fused)
     for module in eager.cells:
-        module.backend = "eager"
+        module.backend = "eager"  # type: ignore[assignment]
     tokens = torch.randint(0, V, (2, 8))
     grads = []
     for model in (fused, eager):

@@ -18,7 +18,7 @@ Two backends compute the same function:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Union
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from infolm.errors import InfolmError
 
 CellState = tuple[Tensor, Tensor]  # (h, c), each (B, H)
+RecurrentCell = Union["LSTMCell", "MogrifierLSTMCell", "RLSTMCell"]
 BACKENDS = ("fused", "eager")
 
 # LSTM gate order in weight rows: input i, forget f, output o (sigmoids, contiguous), candidate j (tanh).
@@ -525,7 +526,7 @@ class _RLSTMSequence(torch.autograd.Function):
             u = torch.mul(i, j, out=updates[t])
             f.addmm_(u, fu_t).sigmoid_()  # f = sigma(W^{fu} (i j) + W^{fh} h_prev + b^f)
             c = torch.addcmul(f * cells[t], torch.minimum(i, 1.0 - f), j, out=cells[t + 1])
-            c_hat = torch.mul(c, mask, out=c_hats[t]) if c_hats is not None else c
+            c_hat = torch.mul(c, mask, out=c_hats[t]) if mask is not None and c_hats is not None else c
             o = torch.addmm(bias_o, c_hat, oc_t, out=out_gate[t]).sigmoid_()  # o = sigma(W^{oc} c + b^o)
             h_prev = torch.mul(o, torch.tanh(c, out=tanh_cells[t]), out=outputs[t])
         ctx.save_for_backward(

@@ -16,13 +16,14 @@ embedding size differs from the hidden size, a linear projection maps the output
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from infolm.errors import InfolmError
 from infolm.models.base import LanguageModel, LMOutput, State, register_model
-from infolm.models.cells import LSTMCell, MogrifierLSTMCell, RLSTMCell
+from infolm.models.cells import LSTMCell, MogrifierLSTMCell, RecurrentCell, RLSTMCell
 
 CELL_NAMES = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm")
 
@@ -94,7 +95,7 @@ class MelisLM(LanguageModel):
         )
         if config.chrono_t_max > 0.0:
             for cell in self.cells:
-                cell.chrono_init_(config.chrono_t_max)
+                cast(RecurrentCell, cell).chrono_init_(config.chrono_t_max)
         out_size = emb if config.tie_weights else config.hidden
         self.projection = nn.Linear(config.hidden, out_size) if out_size != config.hidden else None
         self.decoder = nn.Linear(out_size, vocab_size)
