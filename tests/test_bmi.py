@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -229,3 +231,14 @@ def test_bad_settings_are_user_errors() -> None:
         OBJECTIVES.build("bmi", {"lam": 0.0})
     with pytest.raises(RuntimeError):
         BMI(OBJECTIVES.make_config("bmi", {})).param_groups()
+
+
+def test_gradient_variance_example_runs(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import bmi_gradient_variance
+
+    summary = bmi_gradient_variance.main(
+        ["--quick", "--out", str(tmp_path / "h.png"), "--json", str(tmp_path / "s.json")]
+    )
+    assert (tmp_path / "h.png").stat().st_size > 0 and (tmp_path / "s.json").exists()
+    assert summary["parameters_compared"] > 0 and 0.0 <= summary["fraction_rl_higher"] <= 1.0
