@@ -45,7 +45,12 @@ Tensor = torch.Tensor
 class LogisticIMMConfig:
     """Settings of the logistic-regression IMM experiment (paper values where the paper gives them)."""
 
-    discriminant: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 0.3)  # (a, b, c, d) of g(x); not given in the paper
+    discriminant: tuple[float, float, float, float] = (
+        1.0,
+        1.0,
+        1.0,
+        0.3,
+    )  # (a, b, c, d) of g(x); not given in the paper
     alpha: float = 1.0  # soft nearest-neighbour kernel sharpness, 1 / bandwidth (Sec. 1.1, App. D.1: alpha = 1)
     lr: float = 1.0  # full-batch gradient-descent step size (App. D.1: 1.0 beat 0.1)
     steps: int = 100  # gradient steps per fit (not stated in the paper)
@@ -101,7 +106,9 @@ def restricted_bayes(x1: Tensor, discriminant: tuple[float, float, float, float]
     return (1 - cdf).clamp(0.0, 1.0)
 
 
-def sample_points(gen: torch.Generator, shape: tuple[int, ...], discriminant: tuple[float, ...]) -> tuple[Tensor, Tensor]:
+def sample_points(
+    gen: torch.Generator, shape: tuple[int, ...], discriminant: tuple[float, ...]
+) -> tuple[Tensor, Tensor]:
     """Points x uniform on [-1, 1]^3 with labels y = 1{g(x) > 0}: x (*shape, 3), y (*shape,)."""
     x = torch.rand(*shape, 3, generator=gen, dtype=torch.float64) * 2 - 1
     a, b, c, d = discriminant
@@ -139,34 +146,72 @@ def binary_cross_entropy(target: Tensor, prob: Tensor, eps: float = 1e-12) -> Te
     return -(target * torch.log(prob.clamp(min=eps)) + (1 - target) * torch.log((1 - prob).clamp(min=eps)))
 
 
-def imm_risk(params: Tensor, x: Tensor, target: Tensor, alpha: float) -> Tensor:
+def imm_risk(params: Tensor, x: Tensor, target: Tensor, weights: Tensor) -> Tensor:
     """IMM(Q) of Eq. (3), averaged over the n training points: (R,).
 
-    x (R, n, 3) training features, target (R, n) = P(y = 1 | x1_t) from the restricted model.
+    x (R, n, 3) training features, target (R, n) = P(y = 1 | x1_t) from the restricted model,
+    weights (R, n, n) = soft_nn_weights(x1, x1, alpha) (they do not depend on Q).
     """
-    x1, ex = x[..., 0], x[..., 1:]
-    weights = soft_nn_weights(x1, x1, alpha)  # (R, n, n)
-    q_bar = induced_model(params, x1, ex, weights)  # (R, n)
+    q_bar = induced_model(params, x[..., 0], x[..., 1:], weights)  # (R, n)
     return binary_cross_entropy(target, q_bar).mean(dim=-1)
+
+
+def loss_and_grad(
+    params: Tensor,
+    x: Tensor,
+    y: Tensor,
+    ratio: Tensor,
+    target: Tensor,
+    weights: Tensor,
+    workspace: tuple[Tensor, Tensor] | None = None,
+    eps: float = 1e-12,
+) -> tuple[Tensor, Tensor]:
+    """(1 - r) CE(Q) + r IMM(Q) per run and its gradient w.r.t. params, in closed form.
+
+    Same value as the autograd graph of `binary_cross_entropy_with_logits` + `imm_risk` (a test checks
+    this), but it reuses two (R, n, n) buffers instead of allocating fresh ones at every step: for the
+    larger sweeps the page faults of those allocations otherwise cost more than the arithmetic.
+    params (R, 4), x (R, n, 3), y (R, n), ratio (R,), target (R, n), weights (R, n, n) -> loss (R,), grad (R, 4).
+    """
+    n = x.shape[1]
+    x1, ex = x[..., 0], x[..., 1:]
+    logits = full_model_logits(params, x)  # (R, n)
+    cross_entropy = torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none").mean(-1)
+    d_logits = (torch.sigmoid(logits) - y) * ((1 - ratio) / n)[:, None]  # (R, n)
+    grad_w = torch.einsum("rn,rnk->rk", d_logits, x)  # (R, 3)
+    grad_b = d_logits.sum(-1)  # (R,)
+    loss = (1 - ratio) * cross_entropy
+    if bool((ratio > 0).any()):
+        sig, tmp = workspace if workspace is not None else (torch.empty_like(weights), torch.empty_like(weights))
+        short_part = params[:, 0:1] * x1 + params[:, 3:4]  # (R, n)
+        extended_part = torch.einsum("rnk,rk->rn", ex, params[:, 1:3])  # (R, n)
+        torch.add(short_part[:, :, None], extended_part[:, None, :], out=sig)  # (R, t, s): logit of Q(y | x1_t, ex_s)
+        torch.sigmoid(sig, out=sig)
+        q_bar = torch.mul(weights, sig, out=tmp).sum(-1).clamp(eps, 1 - eps)  # (R, t), Eq. (2)
+        loss = loss + ratio * binary_cross_entropy(target, q_bar).mean(-1)
+        # d/dQbar of -(p log Qbar + (1-p) log(1-Qbar)) = (Qbar - p) / (Qbar (1 - Qbar)); d sigma = sigma (1 - sigma)
+        d_q_bar = (q_bar - target) / (q_bar * (1 - q_bar)) * (ratio / n)[:, None]  # (R, t)
+        torch.mul(sig, sig, out=tmp)
+        torch.sub(sig, tmp, out=tmp)  # sigma (1 - sigma)
+        tmp.mul_(weights).mul_(d_q_bar[:, :, None])  # (R, t, s): dLoss/dz_ts
+        grad_w[:, 0] += (tmp.sum(-1) * x1).sum(-1)
+        grad_w[:, 1:] += torch.einsum("rs,rsk->rk", tmp.sum(1), ex)
+        grad_b += tmp.sum((1, 2))
+    return loss, torch.cat([grad_w, grad_b[:, None]], dim=-1)
 
 
 def fit(x: Tensor, y: Tensor, ratio: Tensor, config: LogisticIMMConfig) -> Tensor:
     """Fit R independent logistic regressions by full-batch gradient descent on Eq. (4) in its
-    interpolated form (1 - r) CE + r IMM (App. D). x (R, n, 3), y (R, n), ratio (R,) -> params (R, 4)."""
+    interpolated form (1 - r) CE + r IMM (App. D). x (R, n, 3), y (R, n), ratio (R,) -> params (R, 4).
+    Zero initialisation; runs are independent, so each gets its own gradient."""
     target = restricted_bayes(x[..., 0], config.discriminant)  # (R, n)
-    params = torch.zeros(x.shape[0], 4, dtype=torch.float64, requires_grad=True)
-    use_imm = bool((ratio > 0).any())
+    weights = soft_nn_weights(x[..., 0], x[..., 0], config.alpha)  # (R, n, n), fixed during the fit
+    workspace = (torch.empty_like(weights), torch.empty_like(weights))
+    params = torch.zeros(x.shape[0], 4, dtype=torch.float64)
     for _ in range(config.steps):
-        logits = full_model_logits(params, x)  # (R, n)
-        cross_entropy = torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none").mean(-1)
-        loss = (1 - ratio) * cross_entropy  # (R,)
-        if use_imm:
-            loss = loss + ratio * imm_risk(params, x, target, config.alpha)
-        # runs are independent, so the gradient of the sum is each run's own gradient
-        (grad,) = torch.autograd.grad(loss.sum(), params)
-        with torch.no_grad():
-            params -= config.lr * grad
-    return params.detach()
+        _, grad = loss_and_grad(params, x, y, ratio, target, weights, workspace)
+        params -= config.lr * grad
+    return params
 
 
 def accuracy(params: Tensor, x_test: Tensor, y_test: Tensor) -> Tensor:
@@ -218,30 +263,35 @@ def run(config: LogisticIMMConfig) -> dict:
     p_test = restricted_bayes(x1_test, config.discriminant)
     restricted_accuracy = float(((p_test > 0.5).to(torch.float64) == y_test).to(torch.float64).mean())
 
-    # Fig. 2: accuracy vs n, with and without IMM (same data for both, per run)
+    # Fig. 2: accuracy vs n, with and without IMM on the same data; both fitted in one batch
     baseline_acc, imm_acc, ratios_used = [], [], []
     for n in config.sizes:
         x, y = sample_points(gen, (config.runs, n), config.discriminant)
         ratio = lambda_ratio_schedule(n)
         ratios_used.append(ratio)
-        zero = torch.zeros(config.runs, dtype=torch.float64)
-        baseline_acc.append(accuracy(fit(x, y, zero, config), x_test, y_test).numpy())
-        imm_acc.append(accuracy(fit(x, y, zero + ratio, config), x_test, y_test).numpy())
+        ratio_per_run = torch.cat([torch.zeros(config.runs), torch.full((config.runs,), ratio)]).double()
+        params = fit(x.repeat(2, 1, 1), y.repeat(2, 1), ratio_per_run, config)
+        acc = accuracy(params, x_test, y_test).numpy()
+        baseline_acc.append(acc[: config.runs])
+        imm_acc.append(acc[config.runs :])
     baseline = np.stack(baseline_acc, axis=1)  # (runs, len(sizes))
     imm = np.stack(imm_acc, axis=1)
 
-    # Fig. 1: restricted-task risk vs r at one n; Fig. 4: accuracy vs r at a few n
+    # Fig. 1: restricted-task risk vs r at one n; Fig. 4: accuracy vs r at a few n.
+    # All ratios are fitted in one batch on the same data sets.
     def ratio_sweep(n: int, runs: int) -> tuple[np.ndarray, np.ndarray]:
         x, y = sample_points(gen, (runs, n), config.discriminant)
-        kls, accs = [], []
-        for r in config.ratios:
-            params = fit(x, y, torch.full((runs,), r, dtype=torch.float64), config)
-            kls.append(restricted_task_kl(params, config, torch.Generator().manual_seed(config.seed + 1)).numpy())
-            accs.append(accuracy(params, x_test, y_test).numpy())
-        return np.stack(kls, axis=1), np.stack(accs, axis=1)  # (runs, len(ratios)) each
+        k = len(config.ratios)
+        ratio_per_run = torch.tensor(config.ratios, dtype=torch.float64).repeat_interleave(runs)  # (k * runs,)
+        params = fit(x.repeat(k, 1, 1), y.repeat(k, 1), ratio_per_run, config)
+        kl = restricted_task_kl(params, config, torch.Generator().manual_seed(config.seed + 1)).numpy()
+        acc = accuracy(params, x_test, y_test).numpy()
+        return kl.reshape(k, runs).T, acc.reshape(k, runs).T  # (runs, k) each
 
     fig1_kl, fig1_acc = ratio_sweep(config.fig1_size, config.fig1_runs)
-    fig4_acc = {n: ratio_sweep(n, config.fig1_runs)[1] for n in config.fig4_sizes}
+    fig4_acc = {
+        n: fig1_acc if n == config.fig1_size else ratio_sweep(n, config.fig1_runs)[1] for n in config.fig4_sizes
+    }
 
     sizes = np.asarray(config.sizes, dtype=float)
     lo, hi = config.lower_percentile, config.upper_percentile
@@ -299,6 +349,12 @@ def plot(summary: dict, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
+def _mean_band(summary: dict, key: str, i: int, mean_fmt: str, band_fmt: str) -> str:
+    """'mean [p10, p90]' of summary[key + '_mean'|'_p10'|'_p90'][i]."""
+    mean, lo, hi = (summary[f"{key}_{part}"][i] for part in ("mean", "p10", "p90"))
+    return f"{mean:{mean_fmt}} [{lo:{band_fmt}}, {hi:{band_fmt}}]"
+
+
 def format_summary(summary: dict) -> str:
     """Plain-text table of the measured numbers."""
     lines = [
@@ -308,9 +364,11 @@ def format_summary(summary: dict) -> str:
         f"{'n':>4} {'r':>6} {'without IMM':>26} {'with IMM':>26} {'IMM better':>11}",
     ]
     for i, n in enumerate(summary["sizes"]):
-        base = f"{summary['baseline_accuracy_mean'][i]:.4f} [{summary['baseline_accuracy_p10'][i]:.3f}, {summary['baseline_accuracy_p90'][i]:.3f}]"
-        imm = f"{summary['imm_accuracy_mean'][i]:.4f} [{summary['imm_accuracy_p10'][i]:.3f}, {summary['imm_accuracy_p90'][i]:.3f}]"
-        lines.append(f"{n:>4} {summary['lambda_ratio'][i]:>6.3f} {base:>26} {imm:>26} {summary['imm_wins_fraction'][i]:>10.0%}")
+        base = _mean_band(summary, "baseline_accuracy", i, ".4f", ".3f")
+        imm = _mean_band(summary, "imm_accuracy", i, ".4f", ".3f")
+        lines.append(
+            f"{n:>4} {summary['lambda_ratio'][i]:>6.3f} {base:>26} {imm:>26} {summary['imm_wins_fraction'][i]:>10.0%}"
+        )
     lines.append(f"baseline needs on average {summary['extra_data_equivalent']:+.0%} data to match IMM (paper: ~30%)")
     lines += ["", f"Fig. 1 - n = {summary['fig1_size']}: held-out restricted-task KL and test accuracy vs r"]
     lines.append(f"{'r':>5} {'KL mean':>9} {'KL p10':>8} {'KL p90':>8} {'accuracy':>9}")
