@@ -201,6 +201,23 @@ def test_arpa_round_trip_gives_the_same_probabilities(method: str, tmp_path: Pat
     ]
 
 
+def test_a_hand_written_arpa_file_has_backoff_semantics(tmp_path: Path) -> None:
+    lg = math.log10
+    text = (
+        "\\data\\\nngram 1=4\nngram 2=2\n\n\\1-grams:\n"
+        f"{lg(0.1)}\t<eos>\t-0.5\n{lg(0.3)}\tw1\n{lg(0.6)}\tw2\t-0.2\n-99\t<s>\t0\n\n"  # some without backoff
+        f"\\2-grams:\n{lg(0.5)}\t<eos> w1\n{lg(0.7)}\tw2 w2\n\n\\end\\\n"
+    )
+    (tmp_path / "hand.arpa").write_text(text)
+    model = read_arpa(tmp_path / "hand.arpa", tiny_vocab(3))
+    dist = model.next_token_distribution(torch.tensor([[0], [1], [2]])).double().numpy()
+    unigram = np.array([0.1, 0.3, 0.6])
+    expected = [[0.1 * 10**-0.5, 0.5, 0.6 * 10**-0.5], unigram, [0.1 * 10**-0.2, 0.3 * 10**-0.2, 0.7]]
+    assert dist == pytest.approx(np.array(expected), rel=1e-6)
+    log_probs = model.token_log_probs([1, 2, 2, 0])  # after <eos>: w1 | <eos>, w2 | w1, w2 | w2, <eos> | w2
+    assert np.exp(log_probs) == pytest.approx([0.5, 0.6, 0.7, 0.1 * 10**-0.2])
+
+
 def test_whitespace_tokens_are_escaped(tmp_path: Path) -> None:
     vocab = Vocab(["<eos>", " ", "a", "b"])
     model = build_ngram(zipf_stream(4, 200), 4, 2, "kn")

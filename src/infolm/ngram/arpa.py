@@ -125,13 +125,13 @@ def read_arpa(path: str | Path, vocab: Vocab) -> NgramModel:
     stoi = {escape_token(t): i for i, t in enumerate(vocab.itos)}
     tables: list[BackoffTable] = []
     for k in range(1, len(sections) + 1):
-        tables.append(_read_order(sections[k - 1], k, len(sections), tables, stoi, vocab_size, path))
+        tables.append(_read_order(sections[k - 1], k, tables, stoi, vocab_size, path))
     history = vocab.stoi.get("<eos>")
     return NgramModel(tables, vocab_size, history_id=history, method="arpa")
 
 
-def _parse_sections(text: str, path: Path) -> list[list[str]]:
-    """The n-gram lines of each order (``sections[k-1]``), checked against the header counts."""
+def _parse_sections(text: str, path: Path) -> list[list[list[str]]]:
+    """The columns of each order's section (``sections[k-1]``), line counts checked against the header."""
     start = re.search(r"^[ \t]*\\data\\[ \t]*$", text, flags=re.M)
     if start is None:
         raise InfolmError(f"{path} is not an ARPA file (no \\data\\ header)")
@@ -149,40 +149,52 @@ def _parse_sections(text: str, path: Path) -> list[list[str]]:
         declared[int(match.group(1))] = int(match.group(2))
     if not declared or sorted(declared) != list(range(1, len(declared) + 1)):
         raise InfolmError(f"{path}: the ARPA header must declare n-gram counts for orders 1..n")
-    sections: list[list[str]] = []
-    for index in range(1, len(parts), 2):
-        if int(parts[index]) != len(sections) + 1:
-            raise InfolmError(f"{path}: expected the \\{len(sections) + 1}-grams: section, got \\{parts[index]}-grams:")
-        sections.append([line for line in parts[index + 1].splitlines() if line.strip()])
-    if len(sections) != len(declared):
-        raise InfolmError(f"{path}: the header declares {len(declared)} orders but the file has {len(sections)}")
-    for k, section in enumerate(sections, start=1):
-        if len(section) != declared[k]:
-            raise InfolmError(f"{path}: the header declares {declared[k]} {k}-grams but the file has {len(section)}")
+    order = (len(parts) - 1) // 2
+    if order != len(declared):
+        raise InfolmError(f"{path}: the header declares {len(declared)} orders but the file has {order}")
+    sections = []
+    for k in range(1, order + 1):
+        if int(parts[2 * k - 1]) != k:
+            raise InfolmError(f"{path}: expected the \\{k}-grams: section, got \\{parts[2 * k - 1]}-grams:")
+        columns = _columns(parts[2 * k].strip(), k, order, path)
+        if len(columns[0]) != declared[k]:
+            raise InfolmError(f"{path}: the header declares {declared[k]} {k}-grams but the file has {len(columns[0])}")
+        sections.append(columns)
     return sections
 
 
+def _columns(body: str, k: int, order: int, path: Path) -> list[list[str]]:
+    """``[log10 probs, word 1, ..., word k, log10 backoffs ("0" where absent)]`` of one section."""
+    lines = body.count("\n") + 1 if body else 0
+    fields = body.split()
+    widths = (k + 1,) if k == order else (k + 2, k + 1)
+    for width in widths:  # fast path: every line has the same number of fields
+        if len(fields) == lines * width and "\n\n" not in body:
+            columns = [fields[j::width] for j in range(width)]
+            return columns if width == k + 2 else columns + [["0"] * lines]
+    split = [line.split() for line in body.splitlines() if line.strip()]
+    bad = next((line for line in split if len(line) not in widths), None)
+    if bad is not None:
+        raise InfolmError(f"{path}: bad {k}-gram line {' '.join(bad)[:80]!r}")
+    columns = [[line[j] for line in split] for j in range(k + 1)]
+    return columns + [[line[k + 1] if len(line) == k + 2 else "0" for line in split]]
+
+
 def _read_order(
-    lines: list[str], k: int, order: int, lower: list[BackoffTable], stoi: dict[str, int], vocab_size: int, path: Path
+    columns: list[list[str]], k: int, lower: list[BackoffTable], stoi: dict[str, int], vocab_size: int, path: Path
 ) -> BackoffTable:
-    split = [line.split() for line in lines]
-    widths = {len(fields) for fields in split}
-    allowed = {k + 1} if k == order else {k + 1, k + 2}
-    if not widths <= allowed:
-        bad = next(line for line, fields in zip(lines, split) if len(fields) not in allowed)
-        raise InfolmError(f"{path}: bad {k}-gram line {bad[:80]!r}")
     try:
-        log_prob = np.array([fields[0] for fields in split], dtype=np.float64)
-        log_backoff = np.array([fields[k + 1] if len(fields) == k + 2 else "0" for fields in split], dtype=np.float64)
+        log_prob = np.array(columns[0], dtype=np.float64)
+        log_backoff = np.array(columns[k + 1], dtype=np.float64)
     except ValueError as error:
         raise InfolmError(f"{path}: bad number in the {k}-grams: {error}") from None
     marker = -2  # code of an ARPA-only marker token (<s>, </s>, <unk> absent from the vocabulary)
     codes = {**{m: marker for m in MARKERS}, **stoi}
-    words = np.array([codes.get(token, -1) for fields in split for token in fields[1 : k + 1]], dtype=np.int64)
-    words = words.reshape(len(lines), k)
+    words = np.array([[codes.get(token, -1) for token in column] for column in columns[1 : k + 1]], dtype=np.int64)
+    words = words.T.reshape(len(log_prob), k)  # (M, k)
     if (words == -1).any():
         row, column = np.argwhere(words == -1)[0]
-        token = unescape_token(split[row][1 + column])
+        token = unescape_token(columns[1 + column][row])
         raise InfolmError(f"{path}: the ARPA token {token!r} is not in the vocabulary")
     keep = ~(words == marker).any(axis=1)
     words, log_prob, log_backoff = words[keep], log_prob[keep], log_backoff[keep]
