@@ -69,8 +69,10 @@ def test_tied_weights_and_weight_drop_gradient_reaches_raw_weight() -> None:
     assert model.decoder.weight is model.encoder.weight
     out = model(torch.randint(V, (2, 5)))
     out.logits.sum().backward()
-    for rnn in model.rnns:
-        assert rnn.lstm.weight_hh_l0.grad is not None and rnn.lstm.weight_hh_l0.grad.abs().sum() > 0
+    recurrent = [p for name, p in model.named_parameters() if name.endswith("weight_hh_l0")]
+    assert len(recurrent) == 3
+    for weight in recurrent:
+        assert weight.grad is not None and weight.grad.abs().sum() > 0
 
 
 def test_dropout_off_in_eval_and_deterministic_under_seed() -> None:
@@ -92,3 +94,15 @@ def test_bad_config_is_a_user_error() -> None:
         MoSConfig(dropout=1.0)
     with pytest.raises(InfolmError):
         MODELS.build("awd-lstm-mos", {"n_experts": 0}, vocab_size=V)
+
+
+def test_hidden_states_match_the_full_pass() -> None:
+    model = tiny()
+    tokens = torch.randint(V, (2, 6))
+    torch.manual_seed(8)
+    full = model(tokens)
+    torch.manual_seed(8)
+    partial = model.hidden_states(tokens)
+    assert partial.logits.shape == (2, 6, 0)
+    for a, b in zip(full.hiddens, partial.hiddens, strict=True):
+        torch.testing.assert_close(a, b)

@@ -103,10 +103,18 @@ class AWDLSTMMoS(LanguageModel):
         ]
 
     def forward(self, tokens: Tensor, state: State = None) -> LMOutput:
+        output = self.hidden_states(tokens, state)
+        output.logits = self.mixture_log_probs(output.hiddens[-1])  # (B, T, V) log-probabilities
+        return output
+
+    def hidden_states(self, tokens: Tensor, state: State = None) -> LMOutput:
+        """The recurrent part only: hiddens, raw_hiddens and state; ``logits`` is empty (B, T, 0).
+
+        Sentence features (BMI's phi) need no softmax; the mixture head costs K x V per token.
+        """
         c = self.config
-        batch_size = tokens.size(0)
         if state is None:
-            state = self.init_state(batch_size, tokens.device)
+            state = self.init_state(tokens.size(0), tokens.device)
         x = F.embedding(tokens, embedding_dropout(self.encoder.weight, c.dropoute, self.training))  # (B, T, E)
         x = locked_dropout(x, c.dropouti, self.training)
         hiddens, raw_hiddens, new_state = [], [], []
@@ -117,8 +125,8 @@ class AWDLSTMMoS(LanguageModel):
             last = layer == len(self.rnns) - 1
             x = locked_dropout(raw, c.dropout if last else c.dropouth, self.training)
             hiddens.append(x)
-        log_probs = self.mixture_log_probs(x)  # (B, T, V)
-        return LMOutput(logits=log_probs, hiddens=hiddens, state=new_state, raw_hiddens=raw_hiddens)
+        empty = x.new_zeros(*tokens.shape, 0)
+        return LMOutput(logits=empty, hiddens=hiddens, state=new_state, raw_hiddens=raw_hiddens)
 
     def mixture_log_probs(self, g: Tensor) -> Tensor:
         """Log of the mixture of softmaxes (Yang et al. 2017, Eq. 5) from the last layer's output g: (B, T, H)."""

@@ -167,7 +167,9 @@ class BMI(Objective):
 
     def features(self, model: LanguageModel, tokens: Tensor, lengths: Tensor) -> Tensor:
         """phi_omega of each padded sentence, from the model's initial state. (B, F)."""
-        output = model(tokens, model.init_state(tokens.size(0), tokens.device))
+        # a model may offer hidden_states(): the same pass without its softmax (phi needs no logits)
+        run = getattr(model, "hidden_states", model)
+        output = run(tokens, model.init_state(tokens.size(0), tokens.device))
         return max_pool_features(self._layers(output), lengths)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
