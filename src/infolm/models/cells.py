@@ -91,15 +91,15 @@ def _lstm_gates_backward(
     i, f, o, j = gates.chunk(4, 1)
     d_i, d_f, d_o, d_j = d_pre.chunk(4, 1)
     _sigmoid_grad(dh * tanh_c, o, out=d_o)
-    dc = torch.addcmul(dc, dh * o, 1.0 - tanh_c * tanh_c)
+    dc = dc + _tanh_grad(dh * o, tanh_c)
     d_input = dc * j
     df = dc * c_prev
     if capped:
         one_minus_f = 1.0 - f
-        chose_i = i <= one_minus_f  # the min's branch; the gradient of min(i, 1 - f) flows to that side
-        i_eff = torch.where(chose_i, i, one_minus_f)
-        df = df - torch.where(chose_i, torch.zeros_like(d_input), d_input)
-        d_input = torch.where(chose_i, d_input, torch.zeros_like(d_input))
+        i_eff = torch.minimum(i, one_minus_f)
+        chosen = d_input * (i <= one_minus_f)  # the gradient of min(i, 1 - f) flows to the chosen side
+        df = df - (d_input - chosen)
+        d_input = chosen
     else:
         i_eff = i
     _sigmoid_grad(d_input, i, out=d_i)
@@ -113,8 +113,10 @@ def _sigmoid_grad(grad: Tensor, sigmoid: Tensor, out: Tensor) -> Tensor:
     return torch.ops.aten.sigmoid_backward.grad_input(grad, sigmoid, grad_input=out)
 
 
-def _tanh_grad(grad: Tensor, tanh: Tensor, out: Tensor) -> Tensor:
-    """``grad * (1 - t^2)`` in one kernel, written into ``out``."""
+def _tanh_grad(grad: Tensor, tanh: Tensor, out: Tensor | None = None) -> Tensor:
+    """``grad * (1 - t^2)`` in one kernel (written into ``out`` when given)."""
+    if out is None:
+        return torch.ops.aten.tanh_backward(grad, tanh)
     return torch.ops.aten.tanh_backward.grad_input(grad, tanh, grad_input=out)
 
 
@@ -154,15 +156,20 @@ class _LSTMSequence(torch.autograd.Function):
         hh_t = weight_hh.t()
         h_prev_hat = h0 * mask if mask is not None else h0
         masked_prev = [h_prev_hat] if mask is not None else []
+        pre_steps, cell_steps, tanh_c_steps, out_steps = (
+            gates.unbind(0),
+            cells.unbind(0),
+            tanh_cells.unbind(0),
+            outputs.unbind(0),
+        )
         for t in range(steps):
-            pre = gates[t]
-            pre.addmm_(h_prev_hat, hh_t)
-            _lstm_gates_forward(pre, cells[t], capped, cells[t + 1], tanh_cells[t], outputs[t])
+            pre = pre_steps[t].addmm_(h_prev_hat, hh_t)
+            h = _lstm_gates_forward(pre, cell_steps[t], capped, cell_steps[t + 1], tanh_c_steps[t], out_steps[t])
             if mask is not None:
-                h_prev_hat = outputs[t] * mask
+                h_prev_hat = h * mask
                 masked_prev.append(h_prev_hat)
             else:
-                h_prev_hat = outputs[t]
+                h_prev_hat = h
         ctx.capped = capped
         hats = torch.stack(masked_prev[:-1]) if mask is not None else None
         ctx.save_for_backward(x_tm, h0, mask, weight_ih, weight_hh, gates, cells, tanh_cells, outputs, hats)
@@ -173,15 +180,20 @@ class _LSTMSequence(torch.autograd.Function):
         x_tm, h0, mask, weight_ih, weight_hh, gates, cells, tanh_cells, outputs, hats = ctx.saved_tensors
         steps, batch = x_tm.size(0), x_tm.size(1)
         d_out_tm = _none_to_zeros(d_out, outputs.transpose(0, 1)).transpose(0, 1)
-        dh = _none_to_zeros(d_hT, h0).clone()
         dc = _none_to_zeros(d_cT, h0)
         d_pre = torch.empty_like(gates)
+        d_out_steps, d_pre_steps = d_out_tm.unbind(0), d_pre.unbind(0)
+        gate_steps, cell_steps, tanh_c_steps = gates.unbind(0), cells.unbind(0), tanh_cells.unbind(0)
+        dh = d_out_steps[-1] if d_hT is None else d_out_steps[-1] + d_hT
         for t in range(steps - 1, -1, -1):
-            dh = dh + d_out_tm[t]
-            dc = _lstm_gates_backward(gates[t], cells[t], tanh_cells[t], dh, dc, ctx.capped, d_pre[t])
-            dh = d_pre[t] @ weight_hh
-            if mask is not None:
-                dh = dh * mask
+            dc = _lstm_gates_backward(gate_steps[t], cell_steps[t], tanh_c_steps[t], dh, dc, ctx.capped, d_pre_steps[t])
+            if t == 0:
+                dh = d_pre_steps[0] @ weight_hh
+                dh = dh * mask if mask is not None else dh
+            elif mask is None:  # dL/dh_{t-1} = output grad + recurrent grad, in one GEMM call
+                dh = torch.addmm(d_out_steps[t - 1], d_pre_steps[t], weight_hh)
+            else:
+                dh = torch.addcmul(d_out_steps[t - 1], d_pre_steps[t] @ weight_hh, mask)
         flat = d_pre.flatten(0, 1)  # (T B, 4H)
         prev = hats if hats is not None else _shifted(h0, outputs)
         d_weight_hh = flat.t() @ prev.flatten(0, 1)
@@ -286,6 +298,18 @@ def _mogrifier_parameters(input_size: int, hidden_size: int, rounds: int, rank: 
     return params
 
 
+def _round_buffers(k: int, x_chain: list[Tensor], h_chain: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """(source, gated input, output) sequences of round i = k + 1 of Eq. 2.2, each (T, B, .)."""
+    if k % 2 == 0:  # odd round i: x^i = 2 sigma(Q^i h^{i-1}) x^{i-2}
+        return h_chain[k // 2], x_chain[k // 2], x_chain[k // 2 + 1]
+    return x_chain[(k + 1) // 2], h_chain[k // 2], h_chain[k // 2 + 1]  # even round: h^i from x^{i-1}, h^{i-2}
+
+
+def _halved(rounds: list[tuple[Tensor, Tensor | None]]) -> list[tuple[Tensor, Tensor | None]]:
+    """Q^i / 2 (its left factor when low rank): the fused cell uses 2 sigma(z) = 1 + tanh(z / 2)."""
+    return [(0.5 * left, right) for left, right in rounds]
+
+
 class _MogrifierSequence(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
@@ -300,7 +324,7 @@ class _MogrifierSequence(torch.autograd.Function):
         rank: int,
         *round_params: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        rounds = _round_weights(list(round_params), rank)
+        rounds = _halved(_round_weights(list(round_params), rank))
         n_rounds = len(rounds)
         x_tm = x.transpose(0, 1).contiguous()
         steps, batch, in_size = x_tm.shape
@@ -311,31 +335,35 @@ class _MogrifierSequence(torch.autograd.Function):
         n_x, n_h = (n_rounds + 1) // 2, n_rounds // 2
         x_chain = [x_tm] + [x.new_empty(steps, batch, in_size) for _ in range(n_x - 1)] + [xh[:, :, :in_size]]
         h_chain = [x.new_empty(steps, batch, hidden) for _ in range(n_h)] + [xh[:, :, in_size:]]
-        gate_values = [x.new_empty(steps, batch, in_size if k % 2 == 0 else hidden) for k in range(n_rounds)]
+        tanh_gates = [x.new_empty(steps, batch, in_size if k % 2 == 0 else hidden) for k in range(n_rounds)]
         gates = x.new_empty(steps, batch, 4 * hidden)
         cells = x.new_empty(steps + 1, batch, hidden)
         tanh_cells = x.new_empty(steps, batch, hidden)
         outputs = x.new_empty(steps, batch, hidden)
         cells[0] = c0
         weight_t = weight.t()
+        # per-step views made once (unbind), so the loop does no indexing
+        plan = [
+            list(zip(*(b.unbind(0) for b in _round_buffers(k, x_chain, h_chain)), tanh_gates[k].unbind(0)))
+            for k in range(n_rounds)
+        ]
+        h_first, xh_steps, pre_steps = h_chain[0].unbind(0), xh.unbind(0), gates.unbind(0)
+        cell_steps, tanh_c_steps, out_steps = cells.unbind(0), tanh_cells.unbind(0), outputs.unbind(0)
         h_prev = h0
         for t in range(steps):
             if mask is not None:
-                torch.mul(h_prev, mask, out=h_chain[0][t])
+                torch.mul(h_prev, mask, out=h_first[t])
             else:
-                h_chain[0][t].copy_(h_prev)
+                h_first[t].copy_(h_prev)
             for k, (left, right) in enumerate(rounds):
-                if k % 2 == 0:  # odd round i = k + 1: gate x with h^{i-1}
-                    src, prev, out = h_chain[k // 2][t], x_chain[k // 2][t], x_chain[k // 2 + 1][t]
-                else:  # even round: gate h with x^{i-1}
-                    src, prev, out = x_chain[(k + 1) // 2][t], h_chain[k // 2][t], h_chain[k // 2 + 1][t]
-                gate = torch.sigmoid(_project(src, left, right), out=gate_values[k][t])
-                torch.mul(gate, prev, out=out).mul_(2.0)  # the factor 2 keeps the map near identity at init
-            pre = torch.addmm(bias, xh[t], weight_t, out=gates[t])
-            h_prev = _lstm_gates_forward(pre, cells[t], capped, cells[t + 1], tanh_cells[t], outputs[t])
+                src, prev, out, tanh_gate = plan[k][t]
+                tanh_gate = torch.tanh(_project(src, left, right), out=tanh_gate)
+                torch.addcmul(prev, prev, tanh_gate, out=out)  # 2 sigma(z) prev = prev (1 + tanh(z / 2)), Eq. 2.2
+            pre = torch.addmm(bias, xh_steps[t], weight_t, out=pre_steps[t])
+            h_prev = _lstm_gates_forward(pre, cell_steps[t], capped, cell_steps[t + 1], tanh_c_steps[t], out_steps[t])
         ctx.capped, ctx.rank, ctx.n_rounds = capped, rank, n_rounds
         ctx.save_for_backward(
-            x, h0, mask, weight, gates, cells, tanh_cells, outputs, xh, *x_chain[:-1], *h_chain[:-1], *gate_values,
+            x, h0, mask, weight, gates, cells, tanh_cells, outputs, xh, *x_chain[:-1], *h_chain[:-1], *tanh_gates,
             *round_params,
         )  # fmt: skip
         return outputs.transpose(0, 1).contiguous(), outputs[-1].clone(), cells[-1].clone()
@@ -349,9 +377,9 @@ class _MogrifierSequence(torch.autograd.Function):
         rest = saved[9:]
         x_chain = rest[:n_x] + [xh[:, :, : x.size(2)]]
         h_chain = rest[n_x : n_x + n_h] + [xh[:, :, x.size(2) :]]
-        gate_values = rest[n_x + n_h : n_x + n_h + n_rounds]
+        tanh_gates = rest[n_x + n_h : n_x + n_h + n_rounds]
         round_params = rest[n_x + n_h + n_rounds :]
-        rounds = _round_weights(round_params, ctx.rank)
+        rounds = _halved(_round_weights(round_params, ctx.rank))
         steps, batch, in_size = gates.size(0), x.size(0), x.size(2)
 
         d_out_tm = _none_to_zeros(d_out, outputs.transpose(0, 1)).transpose(0, 1)
@@ -359,46 +387,48 @@ class _MogrifierSequence(torch.autograd.Function):
         dc = _none_to_zeros(d_cT, h0)
         d_pre = torch.empty_like(gates)
         dx_tm = x.new_empty(steps, batch, in_size)
-        d_z = [torch.empty_like(g) for g in gate_values]  # grads of the gates' pre-activations
+        d_z = [torch.empty_like(g) for g in tanh_gates]  # grads of the halved pre-activations z / 2
         d_low = [x.new_empty(steps, batch, ctx.rank) for _ in rounds] if ctx.rank > 0 else []
+        plan = [
+            list(
+                zip(
+                    _round_buffers(k, x_chain, h_chain)[1].unbind(0),
+                    tanh_gates[k].unbind(0),
+                    d_z[k].unbind(0),
+                    *([d_low[k].unbind(0)] if d_low else []),
+                )
+            )
+            for k in range(n_rounds)
+        ]
+        d_out_steps, d_pre_steps, dx_steps = d_out_tm.unbind(0), d_pre.unbind(0), dx_tm.unbind(0)
+        gate_steps, cell_steps, tanh_c_steps = gates.unbind(0), cells.unbind(0), tanh_cells.unbind(0)
         for t in range(steps - 1, -1, -1):
-            dh = dh + d_out_tm[t]
-            dc = _lstm_gates_backward(gates[t], cells[t], tanh_cells[t], dh, dc, ctx.capped, d_pre[t])
-            d_xh = d_pre[t] @ weight  # (B, I + H)
-            gx, gh = d_xh[:, :in_size], d_xh[:, in_size:]
+            dh = dh + d_out_steps[t]
+            dc = _lstm_gates_backward(gate_steps[t], cell_steps[t], tanh_c_steps[t], dh, dc, ctx.capped, d_pre_steps[t])
+            d_xh = d_pre_steps[t] @ weight  # (B, I + H)
+            grads = [d_xh[:, :in_size], d_xh[:, in_size:]]  # dL/d(latest x), dL/d(latest h)
             for k in range(n_rounds - 1, -1, -1):
                 left, right = rounds[k]
-                gate = gate_values[k][t]
-                if k % 2 == 0:
-                    src, prev = h_chain[k // 2][t], x_chain[k // 2][t]
-                    g_out = gx
-                else:
-                    src, prev = x_chain[(k + 1) // 2][t], h_chain[k // 2][t]
-                    g_out = gh
-                g_out = 2.0 * g_out
-                g_prev = g_out * gate
-                dz = _sigmoid_grad(g_out * prev, gate, out=d_z[k][t])
-                if right is None:
-                    d_src = dz @ left
-                else:
-                    d_src = torch.mm(dz, left, out=d_low[k][t]) @ right
-                if k % 2 == 0:
-                    gx, gh = g_prev, gh + d_src
-                else:
-                    gx, gh = gx + d_src, g_prev
-            dx_tm[t] = gx
-            dh = gh * mask if mask is not None else gh
+                prev, tanh_gate, dz, *low = plan[k][t]
+                side = k % 2  # 0: this round gated x, 1: it gated h
+                g_out = grads[side]
+                grads[side] = torch.addcmul(g_out, g_out, tanh_gate)  # d prev = g (1 + tanh(z / 2))
+                dz = _tanh_grad(g_out * prev, tanh_gate, out=dz)
+                d_src = dz @ left if right is None else torch.mm(dz, left, out=low[0]) @ right
+                grads[1 - side] = grads[1 - side] + d_src
+            dx_steps[t].copy_(grads[0])
+            dh = grads[1] * mask if mask is not None else grads[1]
         flat = d_pre.flatten(0, 1)
         d_weight = flat.t() @ xh.flatten(0, 1)
         d_rounds: list[Tensor] = []
         for k, (_left, right) in enumerate(rounds):
-            src = (h_chain[k // 2] if k % 2 == 0 else x_chain[(k + 1) // 2]).flatten(0, 1)
+            src = _round_buffers(k, x_chain, h_chain)[0].flatten(0, 1)
             dz = d_z[k].flatten(0, 1)
             if right is None:
-                d_rounds.append(dz.t() @ src)
+                d_rounds.append(0.5 * (dz.t() @ src))  # z / 2 = src (Q / 2)^T
             else:
-                d_rounds.append(dz.t() @ (src @ right.t()))  # d left
-                d_rounds.append(d_low[k].flatten(0, 1).t() @ src)  # d right
+                d_rounds.append(0.5 * (dz.t() @ (src @ right.t())))  # d left
+                d_rounds.append(d_low[k].flatten(0, 1).t() @ src)  # d right (d_low already through left / 2)
         return (dx_tm.transpose(0, 1), dh, dc, None, d_weight, flat.sum(0), None, None, *d_rounds)
 
 
@@ -516,19 +546,21 @@ class _RLSTMSequence(torch.autograd.Function):
         hh_t, fu_t, oc_t = weight_hh.t(), weight_fu.t(), weight_oc.t()
         bias_o = bias[3 * hidden :]
         h_prev = h0
+        hat_steps, pre_steps, u_steps, o_steps = hats.unbind(0), pre.unbind(0), updates.unbind(0), out_gate.unbind(0)
+        cell_steps, tanh_c_steps, out_steps = cells.unbind(0), tanh_cells.unbind(0), outputs.unbind(0)
+        c_hat_steps = c_hats.unbind(0) if c_hats is not None else None
         for t in range(steps):
-            h_hat = torch.mul(h_prev, mask, out=hats[t]) if mask is not None else hats[t].copy_(h_prev)
-            step = pre[t]
-            step.addmm_(h_hat, hh_t)
+            h_hat = torch.mul(h_prev, mask, out=hat_steps[t]) if mask is not None else hat_steps[t].copy_(h_prev)
+            step = pre_steps[t].addmm_(h_hat, hh_t)
             i, j, f = step.chunk(3, 1)
             i.sigmoid_()
             j.tanh_()
-            u = torch.mul(i, j, out=updates[t])
+            u = torch.mul(i, j, out=u_steps[t])
             f.addmm_(u, fu_t).sigmoid_()  # f = sigma(W^{fu} (i j) + W^{fh} h_prev + b^f)
-            c = torch.addcmul(f * cells[t], torch.minimum(i, 1.0 - f), j, out=cells[t + 1])
-            c_hat = torch.mul(c, mask, out=c_hats[t]) if mask is not None and c_hats is not None else c
-            o = torch.addmm(bias_o, c_hat, oc_t, out=out_gate[t]).sigmoid_()  # o = sigma(W^{oc} c + b^o)
-            h_prev = torch.mul(o, torch.tanh(c, out=tanh_cells[t]), out=outputs[t])
+            c = torch.addcmul(f * cell_steps[t], torch.minimum(i, 1.0 - f), j, out=cell_steps[t + 1])
+            c_hat = torch.mul(c, mask, out=c_hat_steps[t]) if mask is not None and c_hat_steps is not None else c
+            o = torch.addmm(bias_o, c_hat, oc_t, out=o_steps[t]).sigmoid_()  # o = sigma(W^{oc} c + b^o)
+            h_prev = torch.mul(o, torch.tanh(c, out=tanh_c_steps[t]), out=out_steps[t])
         ctx.save_for_backward(
             x_tm, h0, mask, weight_ix, weight_hh, weight_fu, weight_oc, pre, out_gate, cells, tanh_cells, updates, hats,
             c_hats,
@@ -545,29 +577,29 @@ class _RLSTMSequence(torch.autograd.Function):
         dc = _none_to_zeros(d_cT, h0)
         d_pre = h0.new_empty(steps, batch, 3 * hidden)  # i, j, f
         d_o = h0.new_empty(steps, batch, hidden)
+        act_steps, d_pre_steps, o_steps, d_o_steps = acts.unbind(0), d_pre.unbind(0), out_gate.unbind(0), d_o.unbind(0)
+        cell_steps, tanh_c_steps, d_out_steps = cells.unbind(0), tanh_cells.unbind(0), d_out_tm.unbind(0)
         for t in range(steps - 1, -1, -1):
-            i, j, f = acts[t].chunk(3, 1)
-            d_i, d_j, d_f = d_pre[t].chunk(3, 1)
-            o, tanh_c = out_gate[t], tanh_cells[t]
-            dh = dh + d_out_tm[t]
-            da_o = _sigmoid_grad(dh * tanh_c, o, out=d_o[t])
+            i, j, f = act_steps[t].chunk(3, 1)
+            d_i, d_j, d_f = d_pre_steps[t].chunk(3, 1)
+            o, tanh_c = o_steps[t], tanh_c_steps[t]
+            dh = dh + d_out_steps[t]
+            da_o = _sigmoid_grad(dh * tanh_c, o, out=d_o_steps[t])
             d_c_hat = da_o @ weight_oc
             if mask is not None:
                 d_c_hat = d_c_hat * mask
-            dc = dc + dh * o * (1.0 - tanh_c * tanh_c) + d_c_hat
+            dc = dc + _tanh_grad(dh * o, tanh_c) + d_c_hat
             one_minus_f = 1.0 - f
-            chose_i = i <= one_minus_f
-            i_eff = torch.where(chose_i, i, one_minus_f)
             d_input = dc * j
-            df = dc * cells[t] - torch.where(chose_i, torch.zeros_like(d_input), d_input)
-            di = torch.where(chose_i, d_input, torch.zeros_like(d_input))
-            dj = dc * i_eff
+            di = d_input * (i <= one_minus_f)  # min(i, 1 - f): the gradient flows to the chosen side
+            df = dc * cell_steps[t] - (d_input - di)
+            dj = dc * torch.minimum(i, one_minus_f)
             da_f = _sigmoid_grad(df, f, out=d_f)
             du = da_f @ weight_fu
             _sigmoid_grad(torch.addcmul(di, du, j), i, out=d_i)
             _tanh_grad(torch.addcmul(dj, du, i), j, out=d_j)
             dc = dc * f
-            dh = d_pre[t] @ weight_hh
+            dh = d_pre_steps[t] @ weight_hh
             if mask is not None:
                 dh = dh * mask
         flat = d_pre.flatten(0, 1)  # (T B, 3H)
