@@ -73,7 +73,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    sizes = [measure(h, args.batch, args.steps, args.rounds, args.rank, backends, args.repeats) for h in args.hidden]
+    sizes = [
+        measure(h, args.batch, args.steps, args.rounds, args.rank, backends, args.repeats, args.stat)
+        for h in args.hidden
+    ]
     keys = [k for k in sizes[0] if k.endswith("_vs_nn_lstm")]
     summary = {key: max(size[key] for size in sizes) for key in keys}
     setup = {"batch": args.batch, "steps": args.steps, "rounds": args.rounds, "rank": args.rank, "stat": args.stat}
