@@ -53,7 +53,8 @@ def test_fit_recovers_the_overconfidence_factor() -> None:
     assert temperature == pytest.approx(2.5, rel=0.03)
     around = nll_at_temperatures(2.5 * true_logits, targets, [temperature * 0.99, temperature, temperature * 1.01])
     assert float(around[1]) <= float(around[0]) and float(around[1]) <= float(around[2])
-    assert fit_temperature(0.0 * true_logits + 1.0, targets, bounds=(0.1, 10.0)) == 10.0  # flat: h' = 0 everywhere
+    # anti-correlated logits: the optimum beta = 1/T is negative, so T ends at the upper bound
+    assert fit_temperature(-true_logits, targets, bounds=(0.1, 10.0)) == pytest.approx(10.0, rel=1e-5)
 
 
 def test_search_by_rerunning_matches_exact_fit_on_stored_logits() -> None:
@@ -71,9 +72,9 @@ def test_search_by_rerunning_matches_exact_fit_on_stored_logits() -> None:
             targets.append(window_targets)
     exact = fit_temperature(torch.cat(logits, 1), torch.cat(targets, 1))
     tuned = tune_temperature(model, stream, EOS, batch_size=4, bptt=16)
-    assert tuned.temperature == pytest.approx(exact, rel=0.01)
+    assert tuned.temperature == pytest.approx(exact, rel=1e-3) and tuned.passes <= 6
     assert tuned.nll <= tuned.nll_at_one
     static, tokens = stream_nll(model, stream, EOS, batch_size=4, bptt=16)
     assert tuned.nll_at_one == pytest.approx(static / tokens, rel=1e-6) and tuned.tokens == tokens == 600
     totals, _ = stream_nll_at_temperatures(model, stream, EOS, [tuned.temperature], batch_size=4, bptt=16)
-    assert float(totals[0]) / tokens == pytest.approx(tuned.nll, rel=1e-9)
+    assert float(totals[0]) / tokens == pytest.approx(tuned.nll, rel=1e-6)  # float32 vs float64 sums

@@ -99,3 +99,20 @@ def mc_dropout_evaluate(
     finally:
         model.train(was_training)
     return MCDropoutResult(total, tokens, config.samples)
+
+
+def run_mc_dropout(
+    model: LanguageModel, corpus: Any, config: MCDropoutConfig | None = None, device: torch.device | str | None = None
+) -> dict[str, float]:
+    """``infolm evaluate``: MC-dropout NLL per token on valid and test."""
+    config = config or MCDropoutConfig()
+    eos = corpus.vocab.eos_id
+    valid = mc_dropout_evaluate(model, corpus.stream("valid"), eos, config, device)
+    test = mc_dropout_evaluate(model, corpus.stream("test"), eos, config, device)
+    return {
+        "valid_nll": valid.loss,
+        "test_nll": test.loss,
+        "valid_tokens": valid.tokens,
+        "test_tokens": test.tokens,
+        "samples": config.samples,
+    }

@@ -6,16 +6,16 @@ mixture-of-softmaxes models too. The per-token NLL is convex in beta = 1/T:
 
     h(beta) = logsumexp(beta z) - beta z_y,  h'(beta) = E_p_beta[z] - z_y,  h''(beta) = Var_p_beta[z] >= 0,
 
-so the optimum is the root of h'. :func:`fit_temperature` finds it exactly on stored logits
-(safeguarded Newton); :func:`tune_temperature` re-runs the model over the split, scoring a coarse
-grid of temperatures in one pass and a fine grid around the best in a second pass.
+so the optimum is the root of h', found by Newton's method on beta safeguarded by a bracket:
+:func:`fit_temperature` on stored logits, :func:`tune_temperature` by re-running the model (one
+pass over the split per Newton step).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -50,16 +50,48 @@ def nll_at_temperatures(logits: Tensor, targets: Tensor, temperatures: Sequence[
     return out.cpu()
 
 
-def _beta_derivatives(z: Tensor, y: Tensor, beta: float) -> tuple[float, float]:
-    """h'(beta) and h''(beta) summed over rows."""
-    grad, curvature = 0.0, 0.0
+def _beta_statistics(z: Tensor, y: Tensor, beta: float, dtype: torch.dtype = torch.float64) -> Tensor:
+    """Sums over rows of h(beta), h'(beta), h''(beta): a float64 tensor (3,) on the logits' device."""
+    out = torch.zeros(3, dtype=torch.float64, device=z.device)
     for start in range(0, z.size(0), _CHUNK):
-        zc = z[start : start + _CHUNK].double()
-        p = torch.softmax(beta * zc, dim=1)
-        mean = (p * zc).sum(1)
-        grad += float((mean - zc.gather(1, y[start : start + _CHUNK, None]).squeeze(1)).sum())
-        curvature += float(((p * zc.square()).sum(1) - mean.square()).clamp(min=0).sum())
-    return grad, curvature
+        zc = z[start : start + _CHUNK].to(dtype)  # (n, V)
+        target = zc.gather(1, y[start : start + _CHUNK, None]).squeeze(1)  # (n,)
+        scaled = beta * zc
+        log_norm = torch.logsumexp(scaled, dim=1)  # (n,)
+        p = torch.exp(scaled - log_norm[:, None])  # softmax(beta z)
+        mean = (p * zc).sum(1)  # E_p[z]
+        variance = ((p * zc.square()).sum(1) - mean.square()).clamp(min=0)  # Var_p[z]
+        out[0] += (log_norm - beta * target).sum().double()
+        out[1] += (mean - target).sum().double()
+        out[2] += variance.sum().double()
+    return out
+
+
+def _minimize_over_beta(
+    statistics: Callable[[float], Tensor], bounds: tuple[float, float], tol: float, max_evaluations: int
+) -> tuple[float, float, dict[float, float]]:
+    """Safeguarded Newton on the convex h(beta) from beta = 1 inside ``bounds`` (temperatures).
+
+    Returns the best evaluated beta, its h, and h at every evaluated beta."""
+    if not 0 < bounds[0] < bounds[1]:
+        raise InfolmError(f"temperature bounds must satisfy 0 < low < high, got {bounds}")
+    low, high = 1.0 / bounds[1], 1.0 / bounds[0]  # beta bracket
+    beta = min(max(1.0, low), high)
+    seen: dict[float, float] = {}
+    for _ in range(max_evaluations):
+        h, grad, curvature = statistics(beta).tolist()
+        seen[beta] = h
+        if grad > 0:
+            high = beta
+        else:
+            low = beta
+        newton = beta - grad / curvature if curvature > 0 else math.nan
+        step_to = newton if low <= newton <= high else 0.5 * (low + high)  # Newton inside the bracket, else bisect
+        if abs(step_to - beta) < tol * beta or high - low < tol * beta:
+            break
+        beta = step_to
+    best = min(seen, key=lambda b: seen[b])
+    return best, seen[best], seen
 
 
 def fit_temperature(
@@ -69,22 +101,7 @@ def fit_temperature(
     z, y = _flatten(logits, targets)
     if z.numel() == 0:
         raise InfolmError("no targets to fit a temperature on")
-    low, high = 1.0 / bounds[1], 1.0 / bounds[0]  # beta bracket
-    if _beta_derivatives(z, y, low)[0] >= 0:
-        return bounds[1]
-    if _beta_derivatives(z, y, high)[0] <= 0:
-        return bounds[0]
-    beta = min(max(1.0, low), high)
-    for _ in range(100):
-        grad, curvature = _beta_derivatives(z, y, beta)
-        if grad > 0:
-            high = beta
-        else:
-            low = beta
-        newton = beta - grad / curvature if curvature > 0 else math.nan
-        beta = newton if low < newton < high else 0.5 * (low + high)  # Newton inside the bracket, else bisect
-        if high - low < tol * beta or abs(grad) < tol * z.size(0):
-            break
+    beta, _, _ = _minimize_over_beta(lambda b: _beta_statistics(z, y, b), bounds, tol, 200)
     return 1.0 / beta
 
 
@@ -119,12 +136,38 @@ def stream_nll_at_temperatures(
     return totals, tokens
 
 
+@torch.no_grad()
+def _stream_beta_statistics(
+    model: LanguageModel, stream: Tensor, eos_id: int, beta: float, batch_size: int, bptt: int, device: torch.device
+) -> tuple[Tensor, int]:
+    """One pass (eval mode): sums of h, h', h'' at ``beta`` over the split, and the token count."""
+    totals = torch.zeros(3, dtype=torch.float64, device=device)
+    tokens = 0
+    state: Any = None
+    was_training = model.training
+    model.eval()
+    try:
+        for inputs, targets in stream_batches(stream, eos_id, batch_size, bptt):
+            inputs, targets = inputs.to(device), targets.to(device)
+            if state is None:
+                state = model.init_state(inputs.size(0), device)
+            output = model(inputs, state)
+            state = detach_state(output.state)
+            z, y = _flatten(output.logits, targets)
+            totals += _beta_statistics(z, y, beta, dtype=torch.float32)
+            tokens += y.numel()
+    finally:
+        model.train(was_training)
+    return totals.cpu(), tokens
+
+
 @dataclasses.dataclass
 class TemperatureResult:
     temperature: float  # the validation-optimal temperature
     nll: float  # validation NLL per token at that temperature
     nll_at_one: float  # validation NLL per token at T = 1
     tokens: int
+    passes: int  # passes over the validation split
 
 
 def tune_temperature(
@@ -134,27 +177,26 @@ def tune_temperature(
     batch_size: int = 10,
     bptt: int = 70,
     device: torch.device | str | None = None,
-    coarse: Sequence[float] | None = None,
-    fine_points: int = 21,
+    bounds: tuple[float, float] = (0.2, 5.0),
+    tol: float = 1e-4,
+    max_passes: int = 12,
 ) -> TemperatureResult:
-    """Two passes over validation: a coarse grid (default 25 points from 0.25 to 4, geometric), then
-    ``fine_points`` evenly spaced between the neighbours of the best coarse point (about 1% apart)."""
-    grid = list(coarse) if coarse is not None else torch.logspace(-2, 2, 25, base=2.0, dtype=torch.float64).tolist()
-    if 1.0 not in grid:
-        grid.append(1.0)
-    grid.sort()
-    totals, tokens = stream_nll_at_temperatures(model, valid_stream, eos_id, grid, batch_size, bptt, device)
-    if tokens == 0:
-        raise InfolmError("the validation split is empty: cannot tune the softmax temperature")
-    at_one = float(totals[grid.index(1.0)]) / tokens
-    best = int(torch.argmin(totals))
-    low, high = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
-    fine = torch.linspace(low, high, fine_points, dtype=torch.float64).tolist()
-    fine_totals, _ = stream_nll_at_temperatures(model, valid_stream, eos_id, fine, batch_size, bptt, device)
-    k = int(torch.argmin(fine_totals))
-    if fine_totals[k] > totals[best]:  # keep the coarse optimum if the fine grid is no better
-        return TemperatureResult(grid[best], float(totals[best]) / tokens, at_one, tokens)
-    return TemperatureResult(fine[k], float(fine_totals[k]) / tokens, at_one, tokens)
+    """Newton's method on beta = 1/T by re-running the model: each pass over validation gives the
+    NLL and its first two derivatives at one beta; it starts at T = 1 and usually needs 3-5 passes."""
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    counts: list[int] = []
+
+    def statistics(beta: float) -> Tensor:
+        totals, tokens = _stream_beta_statistics(model, valid_stream, eos_id, beta, batch_size, bptt, device)
+        if tokens == 0:
+            raise InfolmError("the validation split is empty: cannot tune the softmax temperature")
+        counts.append(tokens)
+        return totals
+
+    beta, h, seen = _minimize_over_beta(statistics, bounds, tol, max_passes)
+    tokens = counts[0]
+    at_one = seen[1.0] / tokens if 1.0 in seen else math.nan
+    return TemperatureResult(1.0 / beta, h / tokens, at_one, tokens, len(counts))
 
 
 def run_temperature(
