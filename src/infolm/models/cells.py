@@ -9,10 +9,15 @@ Two backends compute the same function:
 * ``fused`` (default): a hand-written backpropagation through time (``torch.autograd.Function``). The input
   projection of all time steps is one GEMM, the gate matmuls are fused into one per step, the forward pass
   records no autograd graph, and every weight gradient is one GEMM over all ``T * B`` rows at the end.
-  On CPU this beat autograd over the eager loop, ``torch.jit.script`` and ``torch.compile`` (see
-  ``benchmarks/cells.py`` and the module notes in the report). It supports first-order gradients only.
-* ``eager``: the plain step-by-step formulas under autograd; the reference in tests, and used automatically
-  under autocast or when ``backend="eager"``.
+  Measured on a 2-core CPU (LSTM, H 256, B 32, T 35, forward + backward, relative to ``nn.LSTM``): eager
+  autograd loop 1.8-2.0x, ``torch.jit.script`` of the step 1.8-3.0x, ``torch.compile`` of the step 2.0x,
+  ``torch.compile`` of the unrolled sequence 1.2-1.4x but 47 s of compilation per sequence length, this
+  backend 1.2-1.5x with no compilation. It supports first-order gradients only.
+* ``eager``: the plain step-by-step formulas under autograd; the reference in tests, used under autocast
+  (and for the Mogrifier RLSTM) or when ``backend="eager"``.
+
+The Mogrifier's fused path computes ``2 sigma(z)`` as ``1 + tanh(z / 2)`` (one kernel fewer per round); it equals
+the eager formula up to rounding.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ RecurrentCell = Union["LSTMCell", "MogrifierLSTMCell", "RLSTMCell"]
 BACKENDS = ("fused", "eager")
 
 # LSTM gate order in weight rows: input i, forget f, output o (sigmoids, contiguous), candidate j (tanh).
-_I, _F, _O, _J = 0, 1, 2, 3
+_F = 1
 
 
 def _init_uniform(module: nn.Module, hidden_size: int) -> None:
