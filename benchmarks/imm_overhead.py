@@ -17,6 +17,7 @@ import argparse
 import copy
 import json
 import math
+import statistics
 import time
 from typing import Any
 
@@ -58,6 +59,7 @@ class Run:
         self.state = model.init_state(args.batch_size, self.device)  # type: ignore[operator]
         self.steps = 0
         self.seconds = 0.0
+        self.cpu_seconds = 0.0  # process CPU time: less sensitive than wall time to other load on a shared CPU
         self.timed_steps = 0
 
     def step(self, timed: bool = True) -> None:
@@ -68,7 +70,7 @@ class Run:
         assert window is not None
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         batch = Batch(window.inputs.to(self.device), window.targets.to(self.device), self.state, step=self.steps)
         output = self.model(batch.inputs, batch.state)
         losses: dict[str, Tensor] = {}
@@ -99,6 +101,7 @@ class Run:
             torch.cuda.synchronize()
         if timed:
             self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.process_time() - cpu_start
             self.timed_steps += 1
         self.steps += 1
 
@@ -148,12 +151,17 @@ def overhead(args: argparse.Namespace, corpus: Any, device: torch.device) -> dic
         plain.step(timed=False)
         with_imm.step(timed=False)
     with_imm.steps = 0  # timed blocks start on a k-sample step
+    cycle_ratios = []  # per block of j steps: robust to load changes on a shared machine
     for _ in range(args.steps // args.j):
+        before = (plain.seconds, with_imm.seconds)
         for run in (plain, with_imm):
             for _ in range(args.j):
                 run.step()
+        cycle_ratios.append((with_imm.seconds - before[1]) / (plain.seconds - before[0]))
     return {
         "step_time_ratio": with_imm.mean_step() / plain.mean_step(),
+        "median_cycle_ratio": statistics.median(cycle_ratios),
+        "cpu_time_ratio": with_imm.cpu_seconds / plain.cpu_seconds,
         "mle_step_s": plain.mean_step(),
         "imm_step_s": with_imm.mean_step(),
         "realization": args.realization,

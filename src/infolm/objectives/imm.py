@@ -337,7 +337,9 @@ class IMM(Objective):
             terms.losses["imm"] = torch.zeros((), device=device, requires_grad=True)
         else:
             target = self.restricted.next_token_distribution(contexts)  # (P, V) P̂(y|sh)
-            target = torch.as_tensor(target).to(device=device, dtype=output.logits.dtype)
+            target = torch.as_tensor(target).to(
+                device=device, dtype=torch.promote_types(output.logits.dtype, torch.float32)
+            )
             sample_fn, num_chunks = self._sampler(model, contexts, context_ids, k, device)
             if num_chunks == 1:  # plain autograd through the log-mean (1-sample steps, or sample_chunk >= k)
                 terms.losses["imm"] = induced_cross_entropy(target, sample_fn(0))
