@@ -63,7 +63,9 @@ class ReinforceIMMConfig:
     checkpoints: tuple[int, ...] = (10, 20, 50, 75, 100, 125, 150, 175, 200, 250, 300, 350, 400, 450, 500)  # Fig. 3
     eval_horizon: int = 22  # rollout length of the evaluation (authors' code: 22 steps)
     lam: float = 0.25  # IMM weight lambda (App. D.3: 0.25)
-    pomdp_temperature: float = 0.0  # 0: POMDP's maximal-utility action; > 0: softmax of utilities
+    # IMM targets: 0 = the POMDP's maximal-utility action (App. D.3); T > 0 = softmax(utilities / T), the
+    # two extra curves of the authors' Fig. 3 code (T = 0.5, 1.0)
+    pomdp_temperatures: tuple[float, ...] = (0.0, 0.5, 1.0)
     runs: int = 30  # Monte-Carlo runs per method (App. D.3: 30)
     fib_tolerance: float = 1e-10  # stop FIB when alpha vectors move less than this
     lower_percentile: float = 10.0  # band edges (App. D.3: 10th and 90th)
@@ -144,7 +146,7 @@ def tie_split_argmax(values: np.ndarray, rel_tolerance: float = 1e-9) -> np.ndar
     return is_max / is_max.sum(axis=-1, keepdims=True)
 
 
-def pomdp_policy(world: GridWorld, config: ReinforceIMMConfig) -> np.ndarray:
+def pomdp_policy(world: GridWorld, config: ReinforceIMMConfig, temperature: float = 0.0) -> np.ndarray:
     """The restricted model P(a | x): FIB utilities at belief (x known, y uniform), then the
     maximal-utility action (temperature 0) or a softmax of the utilities. (width, A)."""
     arrival = world.reward[world.next_state].T  # (A, S): R(s, a) = reward of the next cell
@@ -152,8 +154,8 @@ def pomdp_policy(world: GridWorld, config: ReinforceIMMConfig) -> np.ndarray:
         world.transition_matrices(), world.observation_matrix(), arrival, config.gamma, config.fib_tolerance
     )
     utilities = world.column_beliefs() @ alpha.T  # (width, A)
-    if config.pomdp_temperature > 0:
-        z = utilities / config.pomdp_temperature
+    if temperature > 0:
+        z = utilities / temperature
         z = np.exp(z - z.max(axis=1, keepdims=True))
         return z / z.sum(axis=1, keepdims=True)
     return tie_split_argmax(utilities)
@@ -211,29 +213,45 @@ def discounted_rewards_to_go(rewards: Tensor, gamma: float) -> Tensor:
     return rewards @ discount.to(rewards.dtype)
 
 
-def imm_kl(target: Tensor, induced: Tensor, columns: Tensor) -> Tensor:
+def imm_kl(targets: Tensor, induced: Tensor, columns: Tensor) -> Tensor:
     """Mean over observed states of KL(P(. | x_t) || Qbar(. | x_t)) per run (Eq. (15) with the full belief).
 
-    target (width, A) restricted policy, induced (R, width, A), columns (R, T) observed x_t -> (R,).
+    targets (R, width, A) restricted policy of each run, induced (R, width, A), columns (R, T) observed x_t -> (R,).
     """
-    p = target[columns]  # (R, T, A)
-    log_q = torch.log(induced.gather(1, columns[:, :, None].expand(-1, -1, induced.shape[-1])).clamp(min=1e-30))
+    num_actions = induced.shape[-1]
+    index = columns[:, :, None].expand(-1, -1, num_actions)  # (R, T, A)
+    p = targets.gather(1, index)  # (R, T, A)
+    log_q = torch.log(induced.gather(1, index).clamp(min=1e-30))
     plogp = torch.where(p > 0, p * torch.log(p.clamp(min=1e-30)), 0.0)
     return (plogp - p * log_q).sum(-1).mean(-1)
 
 
-def train(config: ReinforceIMMConfig, world: GridWorld, target: Tensor) -> dict[str, np.ndarray]:
-    """Train `runs` policies without and `runs` with IMM, in one batch; evaluate at the checkpoints.
+@dataclass
+class Method:
+    """One curve: REINFORCE plus lam * IMM towards `target` (lam = 0: plain REINFORCE)."""
 
-    Returns {'baseline': (runs, C), 'imm': (runs, C)} expected 22-step rewards at the C checkpoints.
+    key: str
+    label: str
+    lam: float
+    target: np.ndarray  # (width, A) restricted policy P(a | x)
+
+
+def train(config: ReinforceIMMConfig, world: GridWorld, methods: list[Method]) -> dict[str, np.ndarray]:
+    """Train `config.runs` policies per method, all in one batch; evaluate at the checkpoints.
+
+    Run i of every method starts from the same initial weights. Returns {method key: (runs, C)}
+    expected `eval_horizon`-step rewards at the C checkpoints.
     """
     gen = torch.Generator().manual_seed(config.seed)
-    runs = 2 * config.runs
+    k = len(methods)
+    runs = k * config.runs
     policy = BatchedPolicy(config.runs, world.num_states, config.hidden, world.num_actions, gen)
-    with torch.no_grad():  # the IMM runs start from the same weights as their baseline twins
+    with torch.no_grad():
         for p in policy.parameters():
-            p.data = p.data.repeat(2, 1, 1)
-    lam = torch.cat([torch.zeros(config.runs), torch.full((config.runs,), config.lam)])  # (R,)
+            p.data = p.data.repeat(k, 1, 1)
+    lam = torch.tensor([m.lam for m in methods], dtype=torch.float32).repeat_interleave(config.runs)  # (R,)
+    targets = torch.stack([torch.as_tensor(m.target, dtype=torch.float32) for m in methods])
+    targets = targets.repeat_interleave(config.runs, dim=0)  # (R, width, A)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     next_state = torch.as_tensor(world.next_state)  # (S, A)
     reward = torch.as_tensor(world.reward, dtype=torch.float32)  # (S,)
@@ -260,22 +278,29 @@ def train(config: ReinforceIMMConfig, world: GridWorld, target: Tensor) -> dict[
         chosen = log_probs[run_index[:, None], states_t, actions_t]  # (R, T)
         policy_loss = -(chosen * returns).mean(-1)  # REINFORCE with rewards-to-go, (R,)
         induced = induced_policy(log_probs.exp(), world.height, world.width)  # (R, width, A)
-        loss = policy_loss + lam * imm_kl(target, induced, column[states_t])
+        loss = policy_loss + lam * imm_kl(targets, induced, column[states_t])
         optimizer.zero_grad()
         loss.sum().backward()  # runs are independent: each gets its own gradient
         optimizer.step()
         if epoch in checkpoints:
             with torch.no_grad():
                 scores.append(expected_total_reward(policy().exp().double(), world, config.eval_horizon).numpy())
-    table = np.stack(scores, axis=1)  # (R, C)
-    return {"baseline": table[: config.runs], "imm": table[config.runs :]}
+    table = np.stack(scores, axis=1).reshape(k, config.runs, len(checkpoints))  # (k, runs, C)
+    return {m.key: table[i] for i, m in enumerate(methods)}
 
 
 def run(config: ReinforceIMMConfig) -> dict:
-    """Solve the POMDP, train both methods, and summarise; raw arrays go under '_raw'."""
+    """Solve the POMDP, train every method, and summarise; raw arrays go under '_raw'."""
     world = GridWorld(config)
-    target_np = pomdp_policy(world, config)  # (width, A)
-    target = torch.as_tensor(target_np, dtype=torch.float32)
+    methods = [Method("baseline", "REINFORCE (no IMM)", 0.0, np.full((world.width, world.num_actions), 0.25))]
+    for temperature in config.pomdp_temperatures:
+        target = pomdp_policy(world, config, temperature)  # (width, A)
+        if temperature == 0:
+            methods.append(Method("imm", "+ IMM, POMDP max-utility action", config.lam, target))
+        else:
+            methods.append(
+                Method(f"imm_softmax_{temperature:g}", f"+ IMM, POMDP softmax T={temperature:g}", config.lam, target)
+            )
 
     def score_of(probs_sa: np.ndarray) -> float:
         return float(expected_total_reward(torch.as_tensor(probs_sa)[None], world, config.eval_horizon)[0])
@@ -283,29 +308,37 @@ def run(config: ReinforceIMMConfig) -> dict:
     q = q_value_iteration(world, config.gamma)
     references = {
         "optimal_mdp_policy": score_of(tie_split_argmax(q)),
-        "pomdp_policy": score_of(target_np[world.col]),  # acts on x only
+        "pomdp_policy": score_of(pomdp_policy(world, config, 0.0)[world.col]),  # acts on x only
         "uniform_random_policy": score_of(np.full((world.num_states, world.num_actions), 0.25)),
     }
-    scores = train(config, world, target)
-    base, imm = scores["baseline"], scores["imm"]
+    scores = train(config, world, methods)
+    base = scores["baseline"]
     lo, hi = config.lower_percentile, config.upper_percentile
     checkpoints = sorted(set(config.checkpoints))
+    curves = {
+        m.key: {
+            "label": m.label,
+            "lam": m.lam,
+            "mean": scores[m.key].mean(0).tolist(),
+            "p10": np.percentile(scores[m.key], lo, axis=0).tolist(),
+            "p90": np.percentile(scores[m.key], hi, axis=0).tolist(),
+            "better_than_baseline": (scores[m.key] > base).mean(0).tolist(),
+        }
+        for m in methods
+    }
     return {
         "config": asdict(config),
-        "pomdp_target": target_np.round(4).tolist(),
+        "pomdp_targets": {m.key: m.target.round(4).tolist() for m in methods[1:]},
         "references": references,
         "epochs": checkpoints,
         "observations": [e * config.episode_length for e in checkpoints],
-        "baseline_reward_mean": base.mean(0).tolist(),
-        "baseline_reward_p10": np.percentile(base, lo, axis=0).tolist(),
-        "baseline_reward_p90": np.percentile(base, hi, axis=0).tolist(),
-        "imm_reward_mean": imm.mean(0).tolist(),
-        "imm_reward_p10": np.percentile(imm, lo, axis=0).tolist(),
-        "imm_reward_p90": np.percentile(imm, hi, axis=0).tolist(),
-        "imm_wins_fraction": (imm > base).mean(0).tolist(),
-        "policy_parameters": world.num_states * config.hidden
-        + config.hidden * (world.num_actions + 1)
-        + world.num_actions,
+        "curves": curves,
+        "policy_parameters": sum(
+            p.numel()
+            for p in BatchedPolicy(
+                1, world.num_states, config.hidden, world.num_actions, torch.Generator()
+            ).parameters()
+        ),
         "_raw": scores,
     }
 
@@ -314,48 +347,48 @@ def plot(summary: dict, path: str | Path) -> Path:
     """Average reward vs epochs with percentile bands (cf. Fig. 3), reference policies as lines."""
     config, raw = summary["config"], summary["_raw"]
     lo, hi = config["lower_percentile"], config["upper_percentile"]
-    fig, (ax,) = new_figure(ncols=1, width_per_panel=6.5, height=4.5)
-    percentile_band(ax, summary["epochs"], raw["baseline"], "REINFORCE (no IMM)", "darkred", lo, hi, marker="x")
-    percentile_band(
-        ax, summary["epochs"], raw["imm"], f"REINFORCE + IMM (lambda={config['lam']:g})", "seagreen", lo, hi
-    )
+    fig, (ax,) = new_figure(ncols=1, width_per_panel=7.0, height=4.8)
+    colors = {"baseline": "darkred", "imm": "seagreen"}
+    others = iter(["darkblue", "#e28e1f", "purple", "brown"])
+    for key, curve in summary["curves"].items():
+        color = colors.get(key) or next(others)
+        label = curve["label"] + (f" (lambda={curve['lam']:g})" if curve["lam"] else "")
+        marker = "x" if key == "baseline" else "o"
+        percentile_band(ax, summary["epochs"], raw[key], label, color, lo, hi, marker=marker)
     styles = {
         "optimal_mdp_policy": ("black", "optimal MDP policy"),
-        "pomdp_policy": ("darkblue", "POMDP policy (x only)"),
+        "pomdp_policy": ("gray", "POMDP policy (x only)"),
     }
     for key, (color, label) in styles.items():
         ax.axhline(summary["references"][key], color=color, linestyle=":", label=label)
     ax.set_xlabel(f"epochs ({config['episode_length']} observations each)")
     ax.set_ylabel(f"expected total reward, {config['eval_horizon']}-step rollout")
     ax.set_title(f"11x11 toroidal grid, {config['runs']} runs, {lo:g}th-{hi:g}th percentiles (cf. Fig. 3)")
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize=8)
     return save_figure(fig, path)
-
-
-def _mean_band(summary: dict, key: str, i: int) -> str:
-    """'mean [p10, p90]' of summary[key + '_mean'|'_p10'|'_p90'][i]."""
-    mean, lo, hi = (summary[f"{key}_{part}"][i] for part in ("mean", "p10", "p90"))
-    return f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def format_summary(summary: dict) -> str:
     """Plain-text table of the measured numbers."""
     refs = summary["references"]
+    curves = summary["curves"]
     lines = [
         "reference policies, expected total reward of a "
         f"{summary['config']['eval_horizon']}-step rollout from a uniform start:",
         *(f"  {name:<22} {value:8.3f}" for name, value in refs.items()),
         f"policy parameters: {summary['policy_parameters']}",
         "",
-        "average reward, mean [p10, p90] over runs",
-        f"{'epochs':>6} {'obs':>6} {'REINFORCE':>26} {'REINFORCE + IMM':>26} {'IMM better':>11}",
+        "average reward, mean [p10, p90] over runs; (x%) = share of runs beating their no-IMM twin",
+        f"{'epochs':>6} {'obs':>6} " + " ".join(f"{key:>28}" for key in curves),
     ]
     for i, epoch in enumerate(summary["epochs"]):
-        base = _mean_band(summary, "baseline_reward", i)
-        imm = _mean_band(summary, "imm_reward", i)
-        lines.append(
-            f"{epoch:>6} {summary['observations'][i]:>6} {base:>26} {imm:>26} {summary['imm_wins_fraction'][i]:>10.0%}"
-        )
+        cells = []
+        for key, c in curves.items():
+            cell = f"{c['mean'][i]:.2f} [{c['p10'][i]:.2f}, {c['p90'][i]:.2f}]"
+            if key != "baseline":
+                cell += f" ({c['better_than_baseline'][i]:.0%})"
+            cells.append(f"{cell:>28}")
+        lines.append(f"{epoch:>6} {summary['observations'][i]:>6} " + " ".join(cells))
     return "\n".join(lines)
 
 
@@ -367,7 +400,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--runs", type=int, default=None, help="Monte-Carlo runs per method")
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (checkpoints beyond are dropped)")
     parser.add_argument("--lam", type=float, default=None, help="IMM weight lambda")
-    parser.add_argument("--pomdp-temperature", type=float, default=None, help="0: max-utility action")
+    parser.add_argument(
+        "--pomdp-temperatures", default=None, help="comma-separated IMM targets, 0 = max-utility action (0,0.5,1)"
+    )
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
 
@@ -378,7 +413,9 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": args.runs,
         "epochs": args.epochs,
         "lam": args.lam,
-        "pomdp_temperature": args.pomdp_temperature,
+        "pomdp_temperatures": None
+        if args.pomdp_temperatures is None
+        else tuple(float(t) for t in args.pomdp_temperatures.split(",") if t.strip()),
         "seed": args.seed,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})

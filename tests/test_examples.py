@@ -144,9 +144,9 @@ def test_rewards_to_go_and_imm_kl_known_values() -> None:
     torch.testing.assert_close(rl.discounted_rewards_to_go(rewards, 0.5), torch.tensor([expected], dtype=torch.float64))
     target = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
     columns = torch.tensor([[0, 1, 1]])
-    assert float(rl.imm_kl(target, target[None], columns)[0]) == pytest.approx(0.0, abs=1e-7)
+    assert float(rl.imm_kl(target[None], target[None], columns)[0]) == pytest.approx(0.0, abs=1e-7)
     uniform = torch.full((1, 2, 4), 0.25)
-    assert float(rl.imm_kl(target, uniform, columns)[0]) == pytest.approx((math.log(2) + 2 * math.log(4)) / 3)
+    assert float(rl.imm_kl(target[None], uniform, columns)[0]) == pytest.approx((math.log(2) + 2 * math.log(4)) / 3)
 
 
 # ---------------------------------------------------------------- --quick end-to-end runs
@@ -156,7 +156,7 @@ def test_rewards_to_go_and_imm_kl_known_values() -> None:
     ("script", "keys"),
     [
         ("imm_logistic_regression", ["baseline_accuracy_mean", "imm_accuracy_mean", "fig1_restricted_kl_mean"]),
-        ("imm_pomdp_reinforce", ["baseline_reward_mean", "imm_reward_mean", "imm_reward_p10"]),
+        ("imm_pomdp_reinforce", ["curves.baseline.mean", "curves.imm.mean", "curves.imm.p10"]),
     ],
 )
 def test_quick_run_writes_png_and_finite_summary(script: str, keys: list[str], tmp_path: Path) -> None:
@@ -173,5 +173,8 @@ def test_quick_run_writes_png_and_finite_summary(script: str, keys: list[str], t
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads(summary_path.read_text())
     for key in keys:
-        assert summary[key] and all(math.isfinite(v) for v in summary[key]), (key, summary[key])
+        values = summary
+        for part in key.split("."):
+            values = values[part]
+        assert values and all(math.isfinite(v) for v in values), (key, values)
     assert "IMM" in result.stdout
