@@ -70,7 +70,9 @@ def validate_plugins(config: Config) -> None:
 
 def git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
@@ -120,8 +122,9 @@ def prepare_run_dir(config: Config, corpus: Corpus, overrides: list[str]) -> Non
 
 
 def run_meta(config: Config, corpus: Corpus) -> dict[str, Any]:
-    import numpy
     import platform
+
+    import numpy
 
     import infolm
 
@@ -129,9 +132,19 @@ def run_meta(config: Config, corpus: Corpus) -> dict[str, Any]:
         "config": to_dict(config),
         "vocab_sha": corpus.vocab.digest(),
         "vocab_size": len(corpus.vocab),
-        "versions": {"infolm": infolm.__version__, "torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version()},
+        "versions": {
+            "infolm": infolm.__version__,
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "python": platform.python_version(),
+        },
         "git_commit": git_commit(),
-        "seeds": {"python": config.run.seed, "numpy": config.run.seed, "torch": config.run.seed, "data": config.run.seed},
+        "seeds": {
+            "python": config.run.seed,
+            "numpy": config.run.seed,
+            "torch": config.run.seed,
+            "data": config.run.seed,
+        },
         "machine": platform.machine(),
     }
 

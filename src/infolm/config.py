@@ -65,7 +65,9 @@ class OptimConfig:
     decay: float = 0.5  # multiplicative LR decay (step and plateau)
     decay_start_epoch: int = 4  # step: decay at the end of each epoch after this many epochs
     plateau_patience: int = 0  # plateau: evaluations without improvement before decaying
-    average: dict[str, Any] = dataclasses.field(default_factory=dict)  # weight averaging: {name: two-tailed|tail|ema, ...}
+    average: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # weight averaging: {name: two-tailed|tail|ema, ...}
 
     def __post_init__(self) -> None:
         _check_choice("optim.name", self.name, ("sgd", "adam", "adamw", "radam"))
@@ -196,7 +198,9 @@ def build_dataclass(cls: type, values: Mapping[str, Any], where: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise InfolmError(f"unknown config key {where}.{unknown[0]}; known keys in {where}: {', '.join(sorted(fields))}")
+        raise InfolmError(
+            f"unknown config key {where}.{unknown[0]}; known keys in {where}: {', '.join(sorted(fields))}"
+        )
     kwargs = {name: _coerce(value, hints[name], f"{where}.{name}") for name, value in values.items()}
     try:
         return cls(**kwargs)

@@ -62,7 +62,9 @@ class Registry(Generic[T]):
             return None
         return build_dataclass(entry.config_cls, dict(settings or {}), where or f"{self.kind}.{name}")
 
-    def build(self, name: str, settings: Mapping[str, Any] | None = None, *args: Any, where: str = "", **kwargs: Any) -> T:
+    def build(
+        self, name: str, settings: Mapping[str, Any] | None = None, *args: Any, where: str = "", **kwargs: Any
+    ) -> T:
         entry = self.get(name)
         config = self.make_config(name, settings, where)
         if entry.config_cls is None:

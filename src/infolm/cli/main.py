@@ -44,11 +44,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from infolm.build import load_run
     from infolm.evaluation.perplexity import evaluate_split
 
-    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
+    device = (
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     config, corpus, model = load_run(args.run_dir, device)
     batch_size = args.batch_size or config.data.eval_batch_size
     bptt = args.bptt or config.data.bptt
-    result: dict[str, Any] = {"split": args.split, **evaluate_split(model, corpus, args.split, batch_size, bptt, device)}
+    result: dict[str, Any] = {
+        "split": args.split,
+        **evaluate_split(model, corpus, args.split, batch_size, bptt, device),
+    }
     if args.induced_ngram:
         from infolm.evaluation.induced import induced_ngram_report
 
@@ -155,7 +162,9 @@ def make_parser() -> Parser:
     p.add_argument("--batch-size", type=int, default=0, help="parallel streams (default: data.eval_batch_size)")
     p.add_argument("--bptt", type=int, default=0, help="window length (default: data.bptt)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--induced-ngram", type=int, default=0, metavar="N", help="also report the induced N-gram perplexity")
+    p.add_argument(
+        "--induced-ngram", type=int, default=0, metavar="N", help="also report the induced N-gram perplexity"
+    )
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("generate", help="sample text from a trained run")

@@ -26,7 +26,7 @@ def read_text(path: str | Path) -> str:
     if not path.is_file():
         raise InfolmError(f"data file not found: {path}")
     try:
-        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except OSError as error:
         raise InfolmError(f"cannot read data file {path}: {error.strerror or error}") from None
     if b"\x00" in raw[:65536]:

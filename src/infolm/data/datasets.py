@@ -192,24 +192,24 @@ def dataset_texts(name: str) -> tuple[DatasetSpec, dict[str, str]]:
 
 def sha256_of(path: str | Path) -> str:
     path = Path(path)
-    data = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     return hashlib.sha256(data).hexdigest()
 
 
 def load_corpus(config: object) -> Corpus:
     """Build the corpus a ``DataConfig`` names (``name``, or ``path`` with ``train/valid/test``)."""
-    name = getattr(config, "name")
+    name = config.name
     if name == "path":
         paths = {s: getattr(config, s) for s in SPLITS}
         missing = [s for s, p in paths.items() if not p]
         if missing:
             raise InfolmError(f"data.name=path needs data.{missing[0]} (a text file)")
         texts = {s: read_text(str(p)) for s, p in paths.items()}
-        corpus = Corpus.from_texts("path", getattr(config, "level"), texts)
+        corpus = Corpus.from_texts("path", config.level, texts)
     else:
         spec, texts = dataset_texts(name)
         corpus = Corpus.from_texts(name, spec.level, texts)
-    corpus = corpus.truncated("train", getattr(config, "max_train_tokens"))
+    corpus = corpus.truncated("train", config.max_train_tokens)
     for split in ("valid", "test"):
-        corpus = corpus.truncated(split, getattr(config, "max_eval_tokens"))
+        corpus = corpus.truncated(split, config.max_eval_tokens)
     return corpus

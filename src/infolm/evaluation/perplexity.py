@@ -46,7 +46,9 @@ def stream_nll(
             output = model(inputs, state)
             state = detach_state(output.state)
             logits = output.logits.float() / temperature
-            nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
+            nll = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+            )
             total += float(nll)
             count += int((targets != IGNORE_INDEX).sum())
     finally:

@@ -57,11 +57,18 @@ class LSTMLM(LanguageModel):
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> State:
         return [
-            (torch.zeros(1, batch_size, rnn.hidden_size, device=device), torch.zeros(1, batch_size, rnn.hidden_size, device=device))
+            (
+                torch.zeros(1, batch_size, rnn.hidden_size, device=device),
+                torch.zeros(1, batch_size, rnn.hidden_size, device=device),
+            )
             for rnn in self.rnns
         ]
 
     def _run_layer(self, rnn: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        if torch.is_autocast_enabled(x.device.type):
+            # oneDNN has no bf16 LSTM primitive on CPU: the recurrence runs in fp32, the softmax GEMM in bf16.
+            with torch.autocast(x.device.type, enabled=False):
+                return self._run_layer(rnn, x.float(), (state[0].float(), state[1].float()))
         p = self.config.weight_drop
         if p > 0.0 and self.training:
             dropped = {"weight_hh_l0": weight_drop(rnn.weight_hh_l0, p, True)}

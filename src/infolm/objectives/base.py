@@ -43,6 +43,7 @@ class Terms:
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     clip_groups: dict[str, float] = dataclasses.field(default_factory=dict)
     tokens: int = 0  # tokens predicted by the main term (for per-token logging)
+    state: Any = None  # recurrent state to carry to the next batch instead of the shared pass's (noising)
 
     def total(self) -> Tensor:
         return torch.stack(list(self.losses.values())).sum()
@@ -103,6 +104,8 @@ class Composite(Objective):
             out.metrics.update(terms.metrics)
             out.clip_groups.update(terms.clip_groups)
             out.tokens = max(out.tokens, terms.tokens)
+            if terms.state is not None:
+                out.state = terms.state
         return out
 
     def param_groups(self) -> list[dict[str, Any]]:

@@ -52,7 +52,9 @@ def build_optimizers(config: Any, model: nn.Module, extra_groups: list[dict[str,
     ]
     for group in separate:
         settings = {k: v for k, v in group.items() if k not in ("params", "optimizer", "lr")}
-        optimizers.append(make_optimizer(group["optimizer"], [{"params": group["params"]}], group.get("lr", config.lr), **settings))
+        optimizers.append(
+            make_optimizer(group["optimizer"], [{"params": group["params"]}], group.get("lr", config.lr), **settings)
+        )
     return optimizers
 
 

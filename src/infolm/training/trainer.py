@@ -66,7 +66,9 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    np.random.set_state(
+        ("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
     p = state["python"]
     random.setstate((p["version"], tuple(int(x) for x in p["internal"].tolist()), p["gauss"]))
     if "cuda" in state and torch.cuda.is_available():
@@ -101,7 +103,9 @@ class Trainer:
             from infolm.errors import InfolmError
 
             raise InfolmError(f"data.batch_size={data.batch_size} must be divisible by the {self.world_size} processes")
-        self.batcher = StreamBatcher(corpus.stream("train"), data.batch_size, data.bptt, data.variable_bptt, config.run.seed)
+        self.batcher = StreamBatcher(
+            corpus.stream("train"), data.batch_size, data.bptt, data.variable_bptt, config.run.seed
+        )
         self.rows = torch.arange(self.rank, data.batch_size, self.world_size)  # this rank's rows of every batch
         self.optimizers = build_optimizers(config.optim, self.model, self.objective.param_groups())
         self.schedule = LRSchedule(config.optim)
@@ -176,7 +180,15 @@ class Trainer:
 
             with self.eval_weights():
                 eval_model = copy.deepcopy(self.model)
-        ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.trainer_state(), meta, eval_model, self.config.train.keep_checkpoints)
+        ckpt.save_checkpoint(
+            self.run_dir,
+            self.step,
+            self.model,
+            self.trainer_state(),
+            meta,
+            eval_model,
+            self.config.train.keep_checkpoints,
+        )
 
     def resume(self) -> bool:
         latest = ckpt.latest_checkpoint(self.run_dir)
@@ -207,7 +219,12 @@ class Trainer:
         data = self.config.data
         with self.eval_weights():
             nll_sum, tokens = stream_nll(
-                self.model, self.corpus.stream(split), self.corpus.vocab.eos_id, data.eval_batch_size, data.bptt, self.device
+                self.model,
+                self.corpus.stream(split),
+                self.corpus.vocab.eos_id,
+                data.eval_batch_size,
+                data.bptt,
+                self.device,
             )
         result = summarize(nll_sum, tokens, self.corpus.level)
         self.last_eval_step = self.step
@@ -215,7 +232,13 @@ class Trainer:
 
     def _evaluate_and_log(self) -> None:
         result = self.evaluate("valid")
-        record: dict[str, Any] = {"step": self.step, "epoch": self.epoch, "split": "valid", "loss": result["nll"], "ppl": result["ppl"]}
+        record: dict[str, Any] = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "split": "valid",
+            "loss": result["nll"],
+            "ppl": result["ppl"],
+        }
         if "bpc" in result:
             record["bpc"] = result["bpc"]
         if result["nll"] < self.best_valid:
@@ -268,7 +291,7 @@ class Trainer:
         with self.autocast():
             output = self.model(inputs, batch.state)
             terms = self.objective(self.model, batch, output)
-        self.state = detach_state(output.state)
+        self.state = detach_state(terms.state if terms.state is not None else output.state)
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         grad_norm = self._backward(terms)
@@ -337,7 +360,9 @@ class Trainer:
             if train.eval_every and self.step % train.eval_every == 0:
                 self._evaluate_and_log()
                 evaluated = True
-            if (train.checkpoint_every and self.step % train.checkpoint_every == 0) or (evaluated and not train.checkpoint_every):
+            if (train.checkpoint_every and self.step % train.checkpoint_every == 0) or (
+                evaluated and not train.checkpoint_every
+            ):
                 self._save_timed(tick)
                 tick = time.perf_counter()
         if self.last_eval_step != self.step:
@@ -374,10 +399,25 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
 def _plain(state: dict[str, Any]) -> dict[str, Any]:
     """numpy's bit-generator state holds Python ints larger than int64: store them as strings."""
     rng = state["rng"]
-    return {"position": state["position"], "rng": {"bit_generator": rng["bit_generator"], "state": {k: str(v) for k, v in rng["state"].items()}, "has_uint32": rng["has_uint32"], "uinteger": rng["uinteger"]}}
+    return {
+        "position": state["position"],
+        "rng": {
+            "bit_generator": rng["bit_generator"],
+            "state": {k: str(v) for k, v in rng["state"].items()},
+            "has_uint32": rng["has_uint32"],
+            "uinteger": rng["uinteger"],
+        },
+    }
 
 
 def _unplain(state: dict[str, Any]) -> dict[str, Any]:
     rng = state["rng"]
-    return {"position": state["position"], "rng": {"bit_generator": rng["bit_generator"], "state": {k: int(v) for k, v in rng["state"].items()}, "has_uint32": rng["has_uint32"], "uinteger": rng["uinteger"]}}
-
+    return {
+        "position": state["position"],
+        "rng": {
+            "bit_generator": rng["bit_generator"],
+            "state": {k: int(v) for k, v in rng["state"].items()},
+            "has_uint32": rng["has_uint32"],
+            "uinteger": rng["uinteger"],
+        },
+    }

@@ -1,0 +1,60 @@
+"""Shared fixtures: a small corpus, tiny models, the repository root, a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+os.environ.setdefault("INFOLM_DATA_MIRROR", str(SHARED_DATA))
+os.environ.setdefault("INFOLM_OFFLINE", "1")
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def small_corpus():
+    """A PTB slice with its own small vocabulary (fast to train on)."""
+    from infolm.data import Corpus, read_text
+
+    texts = {}
+    for split, lines in (("train", 400), ("valid", 60), ("test", 60)):
+        text = read_text(ROOT / "src/infolm/data/ptb" / f"ptb.{split}.txt.gz").splitlines()
+        texts[split] = "\n".join(text[:lines])
+    vocab_text = "\n".join(texts.values())
+    from infolm.data.corpus import tokenize_lines
+    from infolm.data.vocab import EOS, Vocab
+
+    vocab = Vocab.from_tokens((t for line in tokenize_lines(vocab_text, "word") for t in line), specials=(EOS,))
+    return Corpus.from_texts("ptb-small", "word", texts, vocab=vocab)
+
+
+def tiny_model(name: str, vocab_size: int, **overrides):
+    from infolm.models import MODELS
+
+    settings = {
+        "lstm": {"emb": 16, "hidden": 16, "layers": 2, "dropout": 0.2, "dropout_hidden": 0.1},
+        "transformer": {"dim": 16, "layers": 2, "heads": 2, "max_len": 64},
+    }.get(name, {})
+    settings.update(overrides)
+    return MODELS.build(name, settings, vocab_size=vocab_size)
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "infolm", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=full_env,
+        timeout=timeout,
+    )

@@ -1,0 +1,35 @@
+import pytest
+
+from infolm.config import load_config
+from infolm.errors import InfolmError
+from tests.conftest import ROOT
+
+
+def test_overrides_beat_yaml_which_beats_defaults():
+    config = load_config(ROOT / "configs/tiny.yaml", ["optim.lr=3", "objective.ar.weight=2.5", "model.hidden=8"])
+    assert config.optim.lr == 3.0 and isinstance(config.optim.lr, float)
+    assert config.objective["ar"] == {"weight": 2.5}
+    assert config.objective["mle"] == {"weight": 1.0}
+    assert config.model["hidden"] == 8
+    assert config.optim.momentum == 0.0  # dataclass default
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.max_stepz=3", "unknown config key config.train.max_stepz"),
+        ("optim.lr=fast", "optim.lr must be of type float"),
+        ("data.batch_size=0", "data.batch_size must be positive"),
+        ("train.precision=fp8", "train.precision must be one of"),
+        ("optim.name=lamb", "optim.name must be one of"),
+        ("nonsense", "is not of the form key=value"),
+    ],
+)
+def test_bad_values_fail_with_one_clear_message(override, message):
+    with pytest.raises(InfolmError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        load_config(ROOT / "configs/tiny.yaml", [override])
+
+
+def test_missing_file():
+    with pytest.raises(InfolmError, match="config file not found"):
+        load_config("does/not/exist.yaml")

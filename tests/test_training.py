@@ -1,0 +1,143 @@
+"""Trainer: resume after SIGKILL is bit-for-bit, metrics, early stopping, bf16, data parallel."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from infolm.training.metrics import read_metrics
+from tests.conftest import ROOT, run_cli
+
+FAST = [
+    "train.max_steps=24",
+    "train.eval_every=8",
+    "train.checkpoint_every=4",
+    "train.log_every=1",
+    "model.dropout=0.3",
+]
+
+
+def final_weights(run_dir):
+    ckpts = sorted((run_dir / "checkpoints").glob("step-*"))
+    return load_file(str(ckpts[-1] / "model.safetensors"))
+
+
+def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
+    straight = tmp_path / "straight"
+    result = run_cli("train", "configs/tiny.yaml", f"run.dir={straight}", *FAST)
+    assert result.returncode == 0, result.stderr
+
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "infolm", "train", "configs/tiny.yaml", f"run.dir={killed}", *FAST]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (killed / "checkpoints" / "step-00000008").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    steps_done = max(r["step"] for r in read_metrics(killed / "metrics.jsonl"))
+    assert steps_done < 24, "the run finished before it could be killed"
+    result = run_cli("train", "configs/tiny.yaml", f"run.dir={killed}", *FAST)
+    assert result.returncode == 0, result.stderr
+
+    a, b = final_weights(straight), final_weights(killed)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed")} for r in rows]  # noqa: E731
+    assert strip(read_metrics(straight / "metrics.jsonl")) == strip(read_metrics(killed / "metrics.jsonl"))
+
+
+def test_metrics_log_steps_terms_and_evaluations(tmp_path):
+    result = run_cli(
+        "train",
+        "configs/tiny.yaml",
+        f"run.dir={tmp_path}",
+        "train.max_steps=6",
+        "train.eval_every=3",
+        "train.log_every=2",
+        "objective.ar.weight=2.0",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    steps = [r for r in rows if "split" not in r]
+    evals = [r for r in rows if r.get("split") == "valid"]
+    assert [r["step"] for r in steps] == [2, 4, 6] and [r["step"] for r in evals] == [3, 6]
+    assert all({"mle", "ar", "loss", "lr", "grad_norm", "tokens_per_s"} <= r.keys() for r in steps)
+    assert all(abs(r["loss"] - (r["mle"] + 2.0 * r["ar"])) < 1e-4 for r in steps)
+    summary = json.loads(result.stdout)
+    assert summary["step"] == 6
+    config = (tmp_path / "config.yaml").read_text()
+    assert "ar:" in config
+
+
+def test_rerun_of_a_finished_run_changes_nothing(tmp_path):
+    args = ("train", "configs/tiny.yaml", f"run.dir={tmp_path}", "train.max_steps=4", "train.eval_every=2")
+    assert run_cli(*args).returncode == 0
+    before = (tmp_path / "metrics.jsonl").read_text()
+    assert run_cli(*args).returncode == 0
+    assert (tmp_path / "metrics.jsonl").read_text() == before
+
+
+def test_early_stopping(tmp_path):
+    result = run_cli(
+        "train",
+        "configs/tiny.yaml",
+        f"run.dir={tmp_path}",
+        "optim.lr=0",
+        "train.max_steps=40",
+        "train.eval_every=2",
+        "train.early_stopping=2",
+    )
+    assert result.returncode == 0, result.stderr
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("split") == "valid"]
+    assert len(evals) == 3  # the first sets the best, two more without improvement stop the run
+
+
+def test_bf16_autocast_trains(tmp_path):
+    result = run_cli(
+        "train",
+        "configs/tiny.yaml",
+        f"run.dir={tmp_path}",
+        "train.precision=bf16",
+        "train.max_steps=6",
+        "train.eval_every=6",
+    )
+    assert result.returncode == 0, result.stderr
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("split") == "valid"]
+    assert evals and 0 < evals[-1]["ppl"] < 20000
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="no torch.distributed")
+def test_two_process_data_parallel_equals_one_process(tmp_path):
+    """Without dropout, 2 gloo ranks with half the rows each take the same steps as one process."""
+    common = ["configs/tiny.yaml", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4"]
+    single = tmp_path / "single"
+    assert run_cli("train", *common, f"run.dir={single}").returncode == 0
+    ddp = tmp_path / "ddp"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "infolm",
+        "train",
+        *common,
+        f"run.dir={ddp}",
+    ]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    a, b = final_weights(single), final_weights(ddp)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
