@@ -14,7 +14,7 @@ g(x) = a x1 + b x2 + c x3 + d. The short context is sh(x) = x1, the extended con
 Outputs: a PNG with three panels (Fig. 1: restricted-task risk vs r at n = 10; Fig. 2: test accuracy
 vs n with and without IMM, 10th-90th percentile bands; Fig. 4: accuracy vs r for a few n) and a
 summary table (`--json` writes it as JSON). All Monte-Carlo runs of one setting are fitted at once
-as a batch of independent models, so the default run takes well under a minute on 2 CPU cores.
+as a batch of independent models; the default run takes about 25 s of CPU time.
 
     python examples/imm_logistic_regression.py [--quick] [--out PATH] [--json PATH]
 """
