@@ -55,9 +55,10 @@ class DynamicEvalConfig:
 
 @dataclasses.dataclass
 class DynamicEvalGrid:
-    lr: list[float] = dataclasses.field(default_factory=lambda: [1e-5, 3e-5, 1e-4, 3e-4])  # eta candidates
-    decay: list[float] = dataclasses.field(default_factory=lambda: [1e-4, 1e-3, 1e-2])  # lambda candidates
-    epsilon: list[float] = dataclasses.field(default_factory=lambda: [1e-5])  # epsilon candidates
+    # 12 points inside Melis et al.'s ranges; a small epsilon with a large lr can diverge (rare words have MS ~ 0)
+    lr: list[float] = dataclasses.field(default_factory=lambda: [1e-5, 1e-4, 1e-3])  # eta candidates
+    decay: list[float] = dataclasses.field(default_factory=lambda: [1e-3, 1e-2])  # lambda candidates
+    epsilon: list[float] = dataclasses.field(default_factory=lambda: [1e-5, 1e-3])  # epsilon candidates
     max_tokens: int | None = None  # tune on the first N validation tokens (None: all of it)
 
     def candidates(self, base: DynamicEvalConfig) -> list[DynamicEvalConfig]:
