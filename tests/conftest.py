@@ -41,6 +41,16 @@ def tiny_model(name: str, vocab_size: int, **overrides):
     settings = {
         "lstm": {"emb": 16, "hidden": 16, "layers": 2, "dropout": 0.2, "dropout_hidden": 0.1},
         "transformer": {"dim": 16, "layers": 2, "heads": 2, "max_len": 64},
+        "melis": {
+            "hidden": 16,
+            "layers": 2,
+            "rounds": 3,
+            "rank": 4,
+            "dropout_input": 0.1,
+            "dropout_state": 0.1,
+            "dropout_cell": 0.1,
+            "dropout_output": 0.1,
+        },
     }.get(name, {})
     settings.update(overrides)
     return MODELS.build(name, settings, vocab_size=vocab_size)

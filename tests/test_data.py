@@ -28,7 +28,9 @@ def test_ptb_is_embedded_and_has_the_published_sizes(ptb):
 
 def test_sentences_are_the_lines(ptb):
     first = ptb.vocab.decode(ptb.sentence("valid", 0).tolist())
-    line = gzip.decompress((ROOT / "src/infolm/data/ptb/ptb.valid.txt.gz").read_bytes()).decode().splitlines()[0].split()
+    line = (
+        gzip.decompress((ROOT / "src/infolm/data/ptb/ptb.valid.txt.gz").read_bytes()).decode().splitlines()[0].split()
+    )
     assert first == line + ["<eos>"]
     assert ptb.num_sentences("valid") == 3370
 

@@ -15,6 +15,7 @@ import torch
 from infolm.config import Config, load_raw, save_config, to_dict
 from infolm.data import Corpus, load_corpus
 from infolm.errors import InfolmError
+from infolm.models.base import LanguageModel
 
 # Keys that may differ when a run directory is reused (resume, extend, evaluate elsewhere).
 RESUMABLE_KEYS = {
@@ -32,7 +33,7 @@ RESUMABLE_KEYS = {
 }
 
 
-def build_model(config: Config, vocab_size: int) -> torch.nn.Module:
+def build_model(config: Config, vocab_size: int) -> LanguageModel:
     from infolm.models import MODELS
 
     settings = {k: v for k, v in config.model.items() if k != "name"}
@@ -59,9 +60,13 @@ def build_averager(config: Config, model: torch.nn.Module) -> Any:
 
 def validate_plugins(config: Config) -> None:
     """Check model and objective settings against their registered configs (no torch work)."""
+    from infolm.data.datasets import DATASETS
     from infolm.models import MODELS
     from infolm.objectives import OBJECTIVES
 
+    if config.data.name != "path" and config.data.name not in DATASETS:
+        known = ", ".join(sorted(DATASETS))
+        raise InfolmError(f"unknown dataset {config.data.name!r}; known: {known}, or path (with data.train/valid/test)")
     settings = {k: v for k, v in config.model.items() if k != "name"}
     MODELS.make_config(config.model["name"], settings, "model")
     for name, term in config.objective.items():
@@ -177,7 +182,7 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
-def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Config, Corpus, torch.nn.Module]:
+def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Config, Corpus, LanguageModel]:
     """Config, corpus (same vocabulary) and the evaluation weights of a run (best, else latest)."""
     from infolm.config import load_config
     from infolm.data.vocab import Vocab

@@ -232,7 +232,7 @@ def _parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     except OmegaConfBaseException as error:
         raise InfolmError(f"bad override: {str(error).splitlines()[0]}") from None
     assert isinstance(merged, dict)
-    return merged
+    return {str(k): v for k, v in merged.items()}
 
 
 def load_raw(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -255,7 +255,7 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str
             loaded = {}
         if not isinstance(loaded, dict):
             raise InfolmError(f"config {path} must be a mapping at the top level")
-        base = loaded
+        base = {str(k): v for k, v in loaded.items()}
     return _deep_merge(base, _parse_overrides(overrides))
 
 

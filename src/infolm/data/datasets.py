@@ -19,6 +19,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from infolm.config import DataConfig
 from infolm.data.corpus import SPLITS, Corpus, read_text
 from infolm.errors import InfolmError
 
@@ -196,7 +197,7 @@ def sha256_of(path: str | Path) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_corpus(config: object) -> Corpus:
+def load_corpus(config: DataConfig) -> Corpus:
     """Build the corpus a ``DataConfig`` names (``name``, or ``path`` with ``train/valid/test``)."""
     name = config.name
     if name == "path":

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from infolm.models.base import detach_state
+from infolm.models.base import LanguageModel, detach_state
 
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -25,7 +25,7 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
 
 @torch.no_grad()
 def sample(
-    model: nn.Module,
+    model: LanguageModel,
     prompt: Tensor,
     max_tokens: int,
     temperature: float = 1.0,

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from infolm.data.batching import IGNORE_INDEX, eval_windows
-from infolm.models.base import detach_state
+from infolm.models.base import LanguageModel, detach_state
 
 
 def stream_batches(stream: Tensor, eos_id: int, batch_size: int, bptt: int) -> Iterator[tuple[Tensor, Tensor]]:
@@ -21,7 +21,7 @@ def stream_batches(stream: Tensor, eos_id: int, batch_size: int, bptt: int) -> I
 
 @torch.no_grad()
 def stream_nll(
-    model: nn.Module,
+    model: LanguageModel,
     stream: Tensor,
     eos_id: int,
     batch_size: int = 10,
@@ -66,7 +66,12 @@ def summarize(nll_sum: float, tokens: int, level: str) -> dict[str, float]:
 
 
 def evaluate_split(
-    model: nn.Module, corpus: Any, split: str, batch_size: int = 10, bptt: int = 70, device: torch.device | str = "cpu"
+    model: LanguageModel,
+    corpus: Any,
+    split: str,
+    batch_size: int = 10,
+    bptt: int = 70,
+    device: torch.device | str = "cpu",
 ) -> dict[str, float]:
     nll_sum, tokens = stream_nll(model, corpus.stream(split), corpus.vocab.eos_id, batch_size, bptt, device)
     return summarize(nll_sum, tokens, corpus.level)

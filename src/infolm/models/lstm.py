@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -56,12 +57,9 @@ class LSTMLM(LanguageModel):
             self.decoder.weight = self.embedding.weight
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> State:
+        sizes = [cast(nn.LSTM, rnn).hidden_size for rnn in self.rnns]
         return [
-            (
-                torch.zeros(1, batch_size, rnn.hidden_size, device=device),
-                torch.zeros(1, batch_size, rnn.hidden_size, device=device),
-            )
-            for rnn in self.rnns
+            (torch.zeros(1, batch_size, h, device=device), torch.zeros(1, batch_size, h, device=device)) for h in sizes
         ]
 
     def _run_layer(self, rnn: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
@@ -71,7 +69,7 @@ class LSTMLM(LanguageModel):
                 return self._run_layer(rnn, x.float(), (state[0].float(), state[1].float()))
         p = self.config.weight_drop
         if p > 0.0 and self.training:
-            dropped = {"weight_hh_l0": weight_drop(rnn.weight_hh_l0, p, True)}
+            dropped = {"weight_hh_l0": weight_drop(cast(Tensor, rnn.weight_hh_l0), p, True)}
             out, new_state = functional_call(rnn, dropped, (x, state), strict=False)
             return out, new_state
         return rnn(x, state)
@@ -85,7 +83,7 @@ class LSTMLM(LanguageModel):
         x = locked_dropout(x, config.dropout_input, self.training)
         raw_hiddens, hiddens, new_state = [], [], []
         for layer, rnn in enumerate(self.rnns):
-            x, layer_state = self._run_layer(rnn, x, state[layer])  # (B, T, H_l)
+            x, layer_state = self._run_layer(cast(nn.LSTM, rnn), x, state[layer])  # (B, T, H_l)
             raw_hiddens.append(x)
             new_state.append(layer_state)
             last = layer == len(self.rnns) - 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -85,15 +85,21 @@ class Composite(Objective):
         self.terms = nn.ModuleDict(dict(terms))
 
     def weight(self, name: str) -> float:
-        return float(self.terms[name].config.weight)
+        return float(self.term(name).config.weight)
+
+    def term(self, name: str) -> Objective:
+        return cast(Objective, self.terms[name])
+
+    def named_terms(self) -> list[tuple[str, Objective]]:
+        return [(name, cast(Objective, term)) for name, term in self.terms.items()]
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
-        for term in self.terms.values():
+        for _, term in self.named_terms():
             term.setup(corpus, model)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         out = Terms()
-        for name, term in self.terms.items():
+        for name, term in self.named_terms():
             weight = self.weight(name)
             if weight == 0.0:
                 continue
@@ -110,16 +116,16 @@ class Composite(Objective):
 
     def param_groups(self) -> list[dict[str, Any]]:
         groups: list[dict[str, Any]] = []
-        for term in self.terms.values():
+        for _, term in self.named_terms():
             groups.extend(term.param_groups())
         return groups
 
     def on_step_end(self, step: int, metrics: Mapping[str, float]) -> None:
-        for term in self.terms.values():
+        for _, term in self.named_terms():
             term.on_step_end(step, metrics)
 
     def on_evaluation(self, step: int, valid_loss: float) -> None:
-        for term in self.terms.values():
+        for _, term in self.named_terms():
             term.on_evaluation(step, valid_loss)
 
 

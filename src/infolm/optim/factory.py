@@ -17,7 +17,7 @@ _OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
 
 
 def make_optimizer(name: str, groups: list[dict[str, Any]], lr: float, **settings: Any) -> torch.optim.Optimizer:
-    cls = _OPTIMIZERS[name]
+    cls: Any = _OPTIMIZERS[name]
     if name == "sgd":
         kwargs = {"momentum": settings.get("momentum", 0.0), "weight_decay": settings.get("weight_decay", 0.0)}
     else:

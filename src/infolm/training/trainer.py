@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from torch import nn
 from infolm.config import Config
 from infolm.data.batching import StreamBatcher
 from infolm.evaluation.perplexity import stream_nll, summarize
-from infolm.models.base import detach_state
+from infolm.models.base import LanguageModel, detach_state
 from infolm.objectives.base import Batch, Objective, Terms
 from infolm.optim.factory import LRSchedule, build_optimizers
 from infolm.training import checkpoint as ckpt
@@ -46,7 +46,7 @@ def seed_everything(seed: int) -> None:
 
 def rng_state() -> dict[str, Any]:
     """Python, numpy and torch RNG states as tensors / plain containers (``weights_only`` loadable)."""
-    np_state = np.random.get_state()
+    np_state = cast(tuple[Any, ...], np.random.get_state())
     py_version, py_internal, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
@@ -93,7 +93,7 @@ class Trainer:
         distributed.init(self.device)
         self.rank, self.world_size = distributed.world()
         self.is_main = self.rank == 0
-        self.model = model.to(self.device)
+        self.model = cast(LanguageModel, model.to(self.device))
         self.objective = objective.to(self.device)
         self.corpus = corpus
         self.averager = averager
@@ -230,8 +230,29 @@ class Trainer:
         self.last_eval_step = self.step
         return result
 
+    def _raw_valid_nll(self) -> float:
+        data = self.config.data
+        nll_sum, tokens = stream_nll(
+            self.model,
+            self.corpus.stream("valid"),
+            self.corpus.vocab.eos_id,
+            data.eval_batch_size,
+            data.bptt,
+            self.device,
+        )
+        return nll_sum / max(tokens, 1)
+
     def _evaluate_and_log(self) -> None:
-        result = self.evaluate("valid")
+        if self.averager is not None:
+            # The averager evaluates the weight sets it chooses between (2TA: short and long
+            # averages, Alg. 1) and returns the loss of the weights that evaluation will use.
+            nll = self.averager.observe(self._raw_valid_nll)
+            result = {"nll": nll, "ppl": math.exp(min(nll, 700.0))}
+            if self.corpus.level == "char":
+                result["bpc"] = nll / math.log(2)
+            self.last_eval_step = self.step
+        else:
+            result = self.evaluate("valid")
         record: dict[str, Any] = {
             "step": self.step,
             "epoch": self.epoch,
@@ -249,6 +270,8 @@ class Trainer:
         else:
             self.bad_evals += 1
         record["best_loss"] = self.best_valid
+        if self.averager is not None:
+            record.update(self.averager.metrics())
         self.metrics.write(record)
         self.schedule.on_evaluation(result["nll"])
         self.objective.on_evaluation(self.step, result["nll"])

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up with the dev extras, then lint, type-check and run the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+. .venv/bin/activate
+export INFOLM_DATA_MIRROR="${INFOLM_DATA_MIRROR:-$(cd .. && pwd)/shared/data}"
+export INFOLM_OFFLINE=1
+ruff check src tests benchmarks examples
+ruff format --check src tests benchmarks examples
+mypy src
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest

@@ -1,0 +1,118 @@
+"""End-to-end tests of every CLI command on configs/tiny.yaml, and one-line errors on bad input."""
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("run")
+    result = run_cli("train", "configs/tiny.yaml", f"run.dir={path}", "train.max_steps=10", "train.eval_every=5")
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def assert_one_line_error(result, fragment):
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert fragment in lines[0], lines[0]
+
+
+def test_train_writes_a_complete_run(run_dir):
+    for name in ("config.yaml", "metrics.jsonl", "vocab.json", "checkpoints/best/model.safetensors"):
+        assert (run_dir / name).exists(), name
+    assert (
+        sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step-"))[-1] == "step-00000010"
+    )
+
+
+def test_evaluate_json(run_dir):
+    result = run_cli("evaluate", str(run_dir), "--split", "test", "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert {"ppl", "nll", "tokens"} <= payload.keys()
+    assert payload["tokens"] > 2000 and 1 < payload["ppl"] < 20000
+
+
+def test_generate_is_seeded(run_dir):
+    args = ("generate", str(run_dir), "--prompt", "the company", "--max-tokens", "12", "--top-k", "50", "--seed", "3")
+    first, second = run_cli(*args), run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+    assert first.stdout.startswith("the company")
+    assert len(first.stdout.split()) >= 3
+
+
+def test_info_lists_the_registries():
+    result = run_cli("info", "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert "ptb" in payload["datasets"] and "lstm" in payload["models"] and "mle" in payload["objectives"]
+
+
+def test_ngram_build_and_eval(tmp_path):
+    arpa = tmp_path / "bigram.arpa"
+    assert run_cli("ngram", "build", "--data", "ptb", "--order", "2", "--out", str(arpa)).returncode == 0
+    result = run_cli("ngram", "eval", str(arpa), "--data", "ptb", "--split", "test", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ppl"] == pytest.approx(185.7, abs=0.5)  # IMM paper Table 1: 185.71
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("train", "missing.yaml"), "config file not found"),
+        (("train", "configs/tiny.yaml", "train.max_stepz=1"), "unknown config key"),
+        (("train", "configs/tiny.yaml", "model.name=gpt5"), "unknown model 'gpt5'"),
+        (("train", "configs/tiny.yaml", "objective.fancy.weight=1"), "unknown objective 'fancy'"),
+        (("train", "configs/tiny.yaml", "optim.lr=abc"), "optim.lr must be of type float"),
+        (("train", "configs/tiny.yaml", "data.bptt=-3"), "data.bptt must be positive"),
+        (("train", "configs/tiny.yaml", "model.hidden=big"), "model.hidden must be of type int"),
+        (("train", "configs/tiny.yaml", "data.name=nowhere"), "unknown dataset"),
+        (("evaluate", "no/such/run"), "not an infolm run directory"),
+        (("ngram", "eval", "no/such.arpa"), "no/such.arpa"),
+        (("evaluate",), "the following arguments are required"),
+    ],
+)
+def test_bad_input_is_one_line(args, fragment, tmp_path):
+    args = tuple(a if a != "missing.yaml" else str(tmp_path / a) for a in args)
+    if args[0] == "train":
+        args = (*args, f"run.dir={tmp_path / 'run'}")
+    result = run_cli(*args)
+    assert_one_line_error(result, fragment)
+
+
+def test_data_files_that_are_missing_empty_or_binary(tmp_path):
+    (tmp_path / "ok.txt").write_text("a b\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)))
+    base = (
+        "train",
+        "configs/tiny.yaml",
+        f"run.dir={tmp_path / 'run'}",
+        "data.name=path",
+        f"data.valid={tmp_path / 'ok.txt'}",
+        f"data.test={tmp_path / 'ok.txt'}",
+    )
+    assert_one_line_error(run_cli(*base, f"data.train={tmp_path / 'nope.txt'}"), "not found")
+    assert_one_line_error(run_cli(*base, f"data.train={tmp_path / 'empty.txt'}"), "is empty")
+    assert_one_line_error(run_cli(*base, f"data.train={tmp_path / 'binary.bin'}"), "binary")
+    assert not (tmp_path / "run").exists()
+
+
+def test_prompt_with_unknown_word(run_dir):
+    result = run_cli("generate", str(run_dir), "--prompt", "the zzyzzx", "--max-tokens", "3")
+    assert_one_line_error(result, "'zzyzzx' is not in the vocabulary")
+
+
+def test_run_dir_from_another_config_is_refused_and_untouched(run_dir):
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    result = run_cli("train", "configs/tiny.yaml", f"run.dir={run_dir}", "model.hidden=48")
+    assert_one_line_error(result, "holds a run of another config")
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert before == after
