@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -89,6 +90,8 @@ def test_segment_mi_separates_dependent_from_shuffled_text() -> None:
     assert dependent.mean > 0.5 and dependent.mean < math.log(8) + 0.05
     assert abs(shuffled.mean) < 0.1
     assert len(dependent.folds) == 3 and "nats" in str(dependent)
+    bag = estimate_segment_mi(stream, 40, dataclasses.replace(config, encoder="bag", emb=16))
+    assert bag.mean > 0.5 and bag.mean < math.log(8) + 0.05
 
 
 def test_critic_bound_is_zero_for_an_input_blind_critic() -> None:
@@ -103,5 +106,7 @@ def test_critic_bound_is_zero_for_an_input_blind_critic() -> None:
 def test_bad_settings_are_user_errors() -> None:
     with pytest.raises(InfolmError):
         MIEstimatorConfig(folds=2)
+    with pytest.raises(InfolmError):
+        MIEstimatorConfig(encoder="lstm")
     with pytest.raises(InfolmError):
         estimate_segment_mi(torch.arange(100), 10)

@@ -61,17 +61,32 @@ class Critic(Protocol):
 
 
 class SegmentCritic(nn.Module):
-    """D_eval for token segments: embedding, one convolution, max-pooling over time, PairDiscriminator."""
+    """D_eval for token segments: an embedding, an encoder, and a PairDiscriminator on the two encodings.
 
-    def __init__(self, vocab_size: int, emb: int = 32, channels: int = 64, kernel: int = 3, hidden: int = 64):
+    ``encoder="conv"``: one convolution, ReLU, max-pooling over time; ``"bag"``: the mean embedding.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        emb: int = 32,
+        channels: int = 64,
+        kernel: int = 3,
+        hidden: int = 64,
+        encoder: str = "conv",
+    ) -> None:
         super().__init__()
+        if encoder not in ("conv", "bag"):
+            raise InfolmError(f"MI critic encoder must be conv or bag, got {encoder!r}")
         self.embedding = nn.Embedding(vocab_size, emb)
-        self.conv = nn.Conv1d(emb, channels, kernel, padding=kernel // 2)
-        self.discriminator = PairDiscriminator(channels, hidden)
+        self.conv = nn.Conv1d(emb, channels, kernel, padding=kernel // 2) if encoder == "conv" else None
+        self.discriminator = PairDiscriminator(channels if encoder == "conv" else emb, hidden)
 
     def encode(self, tokens: Tensor) -> Tensor:
-        h = self.conv(self.embedding(tokens).transpose(1, 2))  # (B, C, L)
-        return torch.relu(h).amax(dim=2)  # (B, C)
+        e = self.embedding(tokens)  # (B, L, E)
+        if self.conv is None:
+            return e.mean(dim=1)  # (B, E)
+        return torch.relu(self.conv(e.transpose(1, 2))).amax(dim=2)  # (B, C)
 
     def head(self, fx: Tensor, fy: Tensor) -> Tensor:
         return self.discriminator(fx, fy)
@@ -91,9 +106,12 @@ class MIEstimatorConfig:
     emb: int = 32  # critic embedding size
     channels: int = 64  # critic convolution channels
     hidden: int = 64  # critic discriminator hidden units
+    encoder: str = "conv"  # conv (convolution + max-pool) | bag (mean embedding): the segment encoder
     seed: int = 0  # data split and critic initialization
 
     def __post_init__(self) -> None:
+        if self.encoder not in ("conv", "bag"):
+            raise InfolmError(f"MI critic encoder must be conv or bag, got {self.encoder!r}")
         if self.folds < 3:
             raise InfolmError(f"MI estimation needs at least 3 folds (train, valid, test), got {self.folds}")
         for key in ("seg_len", "steps", "batch_size", "eval_every", "patience", "neg_shifts"):
@@ -195,5 +213,5 @@ def estimate_segment_mi(stream: Tensor, vocab_size: int, config: MIEstimatorConf
         raise InfolmError(f"stream has id {int(stream.max())} outside the vocabulary of {vocab_size}")
     x, y = segment_pairs(stream.long().cpu(), config.seg_len, config.gap)
     return cross_validated_mi(
-        x, y, lambda: SegmentCritic(vocab_size, config.emb, config.channels, hidden=config.hidden), config
+        x, y, lambda: SegmentCritic(vocab_size, config.emb, config.channels, 3, config.hidden, config.encoder), config
     )
