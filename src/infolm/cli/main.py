@@ -59,7 +59,42 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.induced_ngram:
         from infolm.evaluation.induced import induced_ngram_report
 
-        result["induced"] = induced_ngram_report(model, corpus, args.induced_ngram)
+        options = {"max_train_tokens": args.induced_max_train_tokens} if args.induced_max_train_tokens else {}
+        result["induced"] = induced_ngram_report(model, corpus, args.induced_ngram, **options)
+    if args.tune_temperature:
+        from infolm.evaluation.temperature import run_temperature
+
+        result["temperature"] = run_temperature(model, corpus, batch_size, bptt, device)
+    if args.mc_dropout:
+        from infolm.evaluation.mc_dropout import MCDropoutConfig, run_mc_dropout
+
+        mc = MCDropoutConfig(samples=args.mc_dropout, batch_size=batch_size, bptt=bptt, seed=args.seed)
+        result["mc_dropout"] = run_mc_dropout(model, corpus, mc, device)
+    if args.dynamic:
+        from infolm.evaluation.dynamic import DynamicEvalConfig, DynamicEvalGrid, run_dynamic_eval
+
+        base = DynamicEvalConfig(ms_max_tokens=args.dynamic_ms_tokens or None)
+        grid = DynamicEvalGrid(max_tokens=args.dynamic_tune_tokens or None)
+        result["dynamic"] = run_dynamic_eval(model, corpus, base, grid, device)
+    if args.reverse_ppl:
+        from infolm.evaluation.reverse_ppl import ReversePPLConfig, reverse_perplexity
+
+        config_rp = ReversePPLConfig(num_tokens=args.reverse_ppl, seed=args.seed)
+        result["reverse_ppl"] = reverse_perplexity(model, corpus, config_rp, device=device)
+    if args.mi_generated:
+        import dataclasses
+
+        from infolm.evaluation.mi import estimate_segment_mi
+        from infolm.evaluation.reverse_ppl import generate_stream
+
+        generator = torch.Generator(device=device).manual_seed(args.seed)
+        generated = generate_stream(model, args.mi_generated, corpus.vocab.eos_id, 64, 1.0, generator, device)
+        real = corpus.stream("train")[: args.mi_generated]
+        result["mi"] = {
+            "generated": dataclasses.asdict(estimate_segment_mi(generated.cpu(), len(corpus.vocab))),
+            "real": dataclasses.asdict(estimate_segment_mi(real, len(corpus.vocab))),
+            "tokens": args.mi_generated,
+        }
     _print(result, args.json)
     return 0
 
@@ -165,6 +200,19 @@ def make_parser() -> Parser:
     p.add_argument(
         "--induced-ngram", type=int, default=0, metavar="N", help="also report the induced N-gram perplexity"
     )
+    p.add_argument(
+        "--induced-max-train-tokens", type=int, default=0, help="extended contexts from this many train tokens"
+    )
+    p.add_argument(
+        "--tune-temperature", action="store_true", help="softmax temperature tuned on valid, applied to test"
+    )
+    p.add_argument("--mc-dropout", type=int, default=0, metavar="N", help="also Monte Carlo dropout with N masks")
+    p.add_argument("--dynamic", action="store_true", help="also dynamic evaluation (tuned on valid)")
+    p.add_argument("--dynamic-ms-tokens", type=int, default=0, help="train tokens for the MS statistics (0: all)")
+    p.add_argument("--dynamic-tune-tokens", type=int, default=0, help="valid tokens for tuning (0: all)")
+    p.add_argument("--reverse-ppl", type=int, default=0, metavar="N", help="reverse perplexity from N generated tokens")
+    p.add_argument("--mi-generated", type=int, default=0, metavar="N", help="segment MI of N generated vs real tokens")
+    p.add_argument("--seed", type=int, default=0, help="seed of sampling-based evaluations")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("generate", help="sample text from a trained run")
