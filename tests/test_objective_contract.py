@@ -31,19 +31,25 @@ def build_setup(corpus, names, seed=0, weight=None):
     return model, objective
 
 
-def run_once(corpus, names, seed=0, weight=None):
+def run_once(corpus, names, seed=0, weight=None, batches=1):
+    """Run the objective on ``batches`` consecutive batches (state carried); return the last terms."""
     model, objective = build_setup(corpus, names, seed, weight)
-    inputs, targets = make_batch(corpus)
-    state = model.init_state(inputs.size(0))
-    batch = Batch(inputs, targets, state)
     torch.manual_seed(seed + 1)
-    output = model(inputs, state)
-    terms = objective(model, batch, output)
+    state = model.init_state(4)
+    for index in range(batches):
+        inputs, targets = make_batch(corpus, offset=index * 36)
+        batch = Batch(inputs, targets, state, step=index)
+        output = model(inputs, state)
+        terms = objective(model, batch, output)
+        state = tuple(tuple(t.detach() for t in layer) for layer in output.state)
+        if index < batches - 1:
+            model.zero_grad()
     return model, objective, terms
 
 
 def test_contract(name, small_corpus):
-    model, objective, terms = run_once(small_corpus, [name])
+    # two batches: terms that learn from the primary pass (IMM's state bank) act from the second one
+    model, objective, terms = run_once(small_corpus, [name], batches=2)
     assert terms.losses, name
     for key, loss in terms.losses.items():
         assert loss.dim() == 0 and torch.isfinite(loss), key

@@ -1,0 +1,73 @@
+"""The PTB BMI configs: all three validate, differ only in the BMI term, and a BMI-full run logs both phases.
+
+The run is issue 5's acceptance command (``objective.bmi.phase2_start=8 train.max_steps=16`` on
+``configs/ptb/bmi-full.yaml``) plus overrides that only shrink the model and the data, so it takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from infolm.build import validate_plugins
+from infolm.config import load_config, to_dict
+from tests.conftest import ROOT, run_cli
+
+CONFIGS = {name: ROOT / "configs" / "ptb" / f"bmi-{name}.yaml" for name in ("baseline", "base", "full")}
+
+FAST = [
+    "data.max_train_tokens=4000",
+    "data.max_eval_tokens=400",
+    "data.batch_size=4",
+    "data.bptt=10",
+    "model.emb=8",
+    "model.hidden=16",
+    "model.last_hidden=8",
+    "objective.bmi.batch_size=4",
+    "objective.bmi.max_sentence_len=16",
+    "objective.bmi.hidden=16",
+    "train.log_every=1",
+    "train.eval_every=0",
+    "train.progress=false",
+]
+
+
+def test_the_three_configs_are_the_same_model_and_recipe_except_bmi() -> None:
+    configs = {name: load_config(path) for name, path in CONFIGS.items()}
+    for config in configs.values():
+        validate_plugins(config)
+    baseline = to_dict(configs["baseline"])
+    for name in ("base", "full"):
+        other = to_dict(configs[name])
+        assert other["objective"].pop("bmi")["weight"] == 0.1  # paper, PTB
+        for section in ("data", "model", "optim", "train", "objective"):
+            assert other[section] == baseline[section], (name, section)
+    assert "bmi" not in baseline["objective"]
+    assert configs["base"].objective["bmi"]["variant"] == "base"
+    assert configs["full"].objective["bmi"]["variant"] == "full"
+    assert configs["full"].objective["bmi"]["phase2_start"] is None  # the NT-ASGD condition by default
+
+
+def test_bmi_full_run_logs_phase1_then_phase2_terms(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "train",
+        str(CONFIGS["full"]),
+        "objective.bmi.phase2_start=8",
+        "train.max_steps=16",
+        f"run.dir={run_dir}",
+        *FAST,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = {r["step"]: r for r in records if "split" not in r}
+    assert sorted(steps) == list(range(1, 17))
+    for step, record in steps.items():
+        names = set(record)
+        assert any("bmi" in name and "raml" not in name for name in names), (step, names)  # Phase I, Eq. 6
+        phase2 = step > 8  # the switch happens at the end of step 8
+        assert any("raml" in name for name in names) == phase2, (step, names)  # IW-RAML, Eq. 16
+        assert record["bmi_phase"] == (2.0 if phase2 else 1.0)
+    assert all(r["bmi_raml_ess"] <= 4.0 + 1e-6 for s, r in steps.items() if s > 8)  # ESS <= M pairs
+    assert any(r.get("split") == "valid" for r in records)
