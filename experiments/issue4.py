@@ -1,0 +1,231 @@
+"""Issue 4 experiments on a tiny CPU budget: cells, multi-sample objective, dynamic eval / MC dropout, averaging.
+
+    OMP_NUM_THREADS=1 python experiments/issue4.py train    # the training runs, one at a time (resumable)
+    OMP_NUM_THREADS=1 python experiments/issue4.py evaluate # test perplexities; dynamic eval, MC dropout, temperature
+    python experiments/issue4.py report                     # tables (runs/issue4/tables.md) and docs/img/averaging.png
+
+Every run is an ``infolm train`` / ``infolm evaluate`` subprocess; the command line, wall time and JSON
+summary of each are kept in ``runs/issue4/log.jsonl``, and a finished step is skipped when rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "runs" / "issue4"
+LOG = OUT / "log.jsonl"
+SEEDS = (0, 1, 2)
+CELLS = {  # arm -> config (equal parameter counts, equal 200-step budget)
+    "lstm": "configs/ptb/melis-small-lstm.yaml",
+    "mogrifier": "configs/ptb/melis-small-mogrifier.yaml",
+    "rlstm": "configs/ptb/melis-small-rlstm.yaml",
+    "lstm-ms": "configs/ptb/melis-small-lstm-multisample.yaml",
+}
+AVERAGING = {  # averager -> config (same seed, so the raw trajectory is the same)
+    "2ta": "configs/ptb/melis-small-lstm-2ta.yaml",
+    "tail": "configs/ptb/melis-small-lstm-tail.yaml",
+    "ema": "configs/ptb/melis-small-lstm-ema.yaml",
+}
+EXTRAS_RUN = "lstm-s0"  # the trained model that dynamic evaluation, MC dropout and temperature are applied to
+EXTRAS_ARGS = [
+    "--dynamic",
+    "--dynamic-ms-tokens",
+    "20000",
+    "--dynamic-tune-tokens",
+    "3000",
+    "--mc-dropout",
+    "8",
+    "--tune-temperature",
+]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def _done() -> dict[str, dict[str, Any]]:
+    if not LOG.exists():
+        return {}
+    return {r["key"]: r for r in map(json.loads, LOG.read_text().splitlines()) if r.get("rc") == 0}
+
+
+def _run(key: str, command: list[str]) -> None:
+    """Run ``command`` (JSON on stdout) unless ``key`` already succeeded; log command, wall time, result."""
+    if key in _done():
+        print(f"[skip] {key}")
+        return
+    print(f"[run ] {key}: {' '.join(command)}", flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    result: Any = None
+    if proc.returncode == 0:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    else:
+        sys.stderr.write(proc.stderr[-2000:])
+    record = {"key": key, "command": " ".join(command), "wall_s": wall, "rc": proc.returncode, "result": result}
+    OUT.mkdir(parents=True, exist_ok=True)
+    with LOG.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(f"       rc={proc.returncode} {wall:.0f}s", flush=True)
+
+
+def train_jobs() -> list[tuple[str, list[str]]]:
+    jobs = []
+    for seed in SEEDS:
+        for arm, config in CELLS.items():
+            run = f"{arm}-s{seed}"
+            jobs.append((f"train/{run}", [config, f"run.dir=runs/issue4/{run}", f"run.seed={seed}"]))
+        if seed == 0:  # averaging runs after the first seed of each arm
+            for name, config in AVERAGING.items():
+                jobs.append((f"train/avg-{name}", [config, f"run.dir=runs/issue4/avg-{name}"]))
+    return [(key, ["infolm", "train", *args, "--json"]) for key, args in jobs]
+
+
+def cmd_train(_: argparse.Namespace) -> None:
+    for key, command in train_jobs():
+        _run(key, command)
+
+
+def cmd_evaluate(_: argparse.Namespace) -> None:
+    runs = [key.split("/", 1)[1] for key, _ in train_jobs()]
+    for run in runs:
+        if (OUT / run / "config.yaml").exists():
+            _run(f"test/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", "--split", "test", "--json"])
+    _run(f"extras/{EXTRAS_RUN}", ["infolm", "evaluate", f"runs/issue4/{EXTRAS_RUN}", *EXTRAS_ARGS, "--json"])
+
+
+# ------------------------------------------------------------------------------------------------
+# report
+
+
+def _evals(run: str) -> list[dict[str, Any]]:
+    path = OUT / run / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [r for r in records if r.get("split") == "valid"]
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def cell_table(done: dict[str, dict[str, Any]]) -> str:
+    rows = [
+        "| arm | params | seeds | valid ppl (best) | test ppl | per-seed valid | train wall s (mean) |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for arm in CELLS:
+        valid, test, walls, params = [], [], [], None
+        for seed in SEEDS:
+            run = f"{arm}-s{seed}"
+            train = done.get(f"train/{run}")
+            if train is None:
+                continue
+            valid.append(math.exp(train["result"]["best_valid_loss"]))
+            walls.append(train["wall_s"])
+            params = train["result"]["parameters"]
+            tested = done.get(f"test/{run}")
+            if tested is not None:
+                test.append(tested["result"]["ppl"])
+        per_seed = ", ".join(f"{v:.1f}" for v in valid)
+        wall = f"{statistics.mean(walls):.0f}" if walls else "—"
+        rows.append(
+            f"| {arm} | {params or '—'} | {len(valid)} | {_mean_std(valid)} | {_mean_std(test)} | {per_seed} | {wall} |"
+        )
+    return "\n".join(rows)
+
+
+def averaging_table(done: dict[str, dict[str, Any]]) -> str:
+    rows = [
+        "| weights | final valid ppl | best valid ppl | test ppl (best checkpoint) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    evals = _evals("avg-2ta")
+    if evals:
+        raw = [r["loss_raw"] for r in evals if "loss_raw" in r]
+        rows.append(f"| raw (from the 2TA run) | {math.exp(raw[-1]):.1f} | {math.exp(min(raw)):.1f} | — |")
+    for name in AVERAGING:
+        evals = _evals(f"avg-{name}")
+        if not evals:
+            continue
+        losses = [r["loss"] for r in evals]
+        tested = done.get(f"test/avg-{name}")
+        test = f"{tested['result']['ppl']:.1f}" if tested else "—"
+        rows.append(f"| {name} | {math.exp(losses[-1]):.1f} | {math.exp(min(losses)):.1f} | {test} |")
+    return "\n".join(rows)
+
+
+def extras_table(done: dict[str, dict[str, Any]]) -> str:
+    record = done.get(f"extras/{EXTRAS_RUN}")
+    if record is None:
+        return "(not run)"
+    return "```json\n" + json.dumps(record["result"], indent=1) + "\n```"
+
+
+def averaging_plot(path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    evals = _evals("avg-2ta")
+    if evals:
+        steps = [r["step"] for r in evals]
+        ax.plot(steps, [r.get("loss_raw", math.nan) for r in evals], color="grey", marker=".", label="raw weights")
+        ax.plot(steps, [r["loss"] for r in evals], color="tab:green", marker="o", label="2TA")
+    others = (("tail", "tail averaging (from step 100)", "tab:orange"), ("ema", "EMA (0.98)", "tab:blue"))
+    for name, label, color in others:
+        evals = _evals(f"avg-{name}")
+        if evals:
+            ax.plot([r["step"] for r in evals], [r["loss"] for r in evals], color=color, marker="s", label=label)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("validation loss (nats / token)")
+    ax.set_title("PTB, 2x134 LSTM (Melis), Adam β1=0, one seed")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def cmd_report(_: argparse.Namespace) -> None:
+    done = _done()
+    total = sum(r["wall_s"] for r in done.values())
+    text = "\n\n".join(
+        [
+            "## cells and objective\n\n" + cell_table(done),
+            "## averaging\n\n" + averaging_table(done),
+            f"## dynamic evaluation, MC dropout, temperature ({EXTRAS_RUN})\n\n" + extras_table(done),
+            f"total wall time of all steps: {total:.0f} s",
+        ]
+    )
+    (OUT / "tables.md").write_text(text + "\n")
+    averaging_plot(ROOT / "docs" / "img" / "averaging.png")
+    print(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, func in (("train", cmd_train), ("evaluate", cmd_evaluate), ("report", cmd_report)):
+        sub.add_parser(name).set_defaults(func=func)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
