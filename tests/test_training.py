@@ -141,3 +141,21 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
     a, b = final_weights(single), final_weights(ddp)
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+
+
+def test_divergence_restarts_then_gives_up(tmp_path):
+    """With restarts on, a diverging run restarts from the best weights with lr x 0.9, then stops clearly."""
+    result = run_cli(
+        "train",
+        "configs/tiny.yaml",
+        f"run.dir={tmp_path}",
+        "optim.lr=1e5",
+        "train.clip=0",
+        "train.max_steps=30",
+        "train.divergence={enabled: true, max_restarts: 2, max_ratio: 1.5}",
+    )
+    assert result.returncode != 0
+    assert "training diverged 3 times" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    events = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("event") == "divergence_restart"]
+    assert [e["restarts"] for e in events] == [1, 2]
+    assert events[1]["lr_scale"] == pytest.approx(0.81)

@@ -92,6 +92,9 @@ class TrainConfig:
     log_every: int = 50  # write a step record to metrics.jsonl every N steps
     progress: bool = True  # progress bar on interactive terminals
     tensorboard: bool = False  # mirror metrics to TensorBoard (run.dir/tb)
+    divergence: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # restarts (Melis Sec. 4.4): {enabled: true, ...}
 
     def __post_init__(self) -> None:
         _check_positive("train.epochs", self.epochs)

@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from infolm.config import Config
+from infolm.config import Config, build_dataclass
 from infolm.data.batching import StreamBatcher
 from infolm.evaluation.perplexity import stream_nll, summarize
 from infolm.models.base import LanguageModel, detach_state
 from infolm.objectives.base import Batch, Objective, Terms
+from infolm.optim.divergence import DivergenceConfig, DivergencePolicy
 from infolm.optim.factory import LRSchedule, build_optimizers
 from infolm.training import checkpoint as ckpt
 from infolm.training import distributed
@@ -122,6 +123,11 @@ class Trainer:
         self.done = False
         self.state: Any = None
         self.last_eval_step = -1
+        self.divergence: DivergencePolicy | None = None
+        if config.train.divergence:
+            settings = build_dataclass(DivergenceConfig, config.train.divergence, "train.divergence")
+            self.divergence = DivergencePolicy(settings)
+        self.initial_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     # ----------------------------------------------------------------------------------------
     def parameters(self) -> list[nn.Parameter]:
@@ -168,6 +174,8 @@ class Trainer:
         }
         if self.averager is not None:
             state["averager"] = self.averager.state_dict()
+        if self.divergence is not None:
+            state["divergence"] = self.divergence.state_dict()
         return state
 
     def save(self) -> None:
@@ -208,6 +216,8 @@ class Trainer:
         self.objective.load_state_dict(state["objective"])
         if self.averager is not None and "averager" in state:
             self.averager.load_state_dict(state["averager"])
+        if self.divergence is not None and "divergence" in state:
+            self.divergence.load_state_dict(state["divergence"])
         self.metrics.truncate(int(state["metrics_lines"]))
         set_rng_state(state["rng"])
         if self.rank:
@@ -318,7 +328,7 @@ class Trainer:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         grad_norm = self._backward(terms)
-        lr = self.schedule.lr * window.lr_scale
+        lr = self.schedule.lr * window.lr_scale * (self.divergence.lr_scale if self.divergence is not None else 1.0)
         for group in self.optimizers[0].param_groups:
             group["lr"] = lr
         for opt in self.optimizers:
@@ -366,6 +376,9 @@ class Trainer:
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{values['loss']:.3f}", lr=f"{values['lr']:.3g}")
+            if self.divergence is not None and self.divergence.check(values["loss"]):
+                self._restart_from_best(values["loss"])
+                continue
             if not math.isfinite(values["loss"]):
                 from infolm.errors import InfolmError
 
@@ -396,6 +409,29 @@ class Trainer:
             progress.close()
         self.metrics.close()
         return {"step": self.step, "epoch": self.epoch, "best_valid_loss": self.best_valid, "elapsed": self.elapsed}
+
+    def _restart_from_best(self, loss: float) -> None:
+        """Divergence (Melis Sec. 4.4): back to the best weights (the initial ones before any
+        evaluation), fresh optimizer state, learning rate x lr_factor; data position and step go on."""
+        assert self.divergence is not None
+        self.divergence.restart()
+        best = self.run_dir / ckpt.CHECKPOINTS / ckpt.BEST
+        if (best / "model.safetensors").exists():
+            ckpt.load_weights(self.model, best)
+        else:
+            self.model.load_state_dict(self.initial_weights)
+        for opt in self.optimizers:
+            opt.state.clear()
+        self.state = None
+        self.metrics.write(
+            {
+                "step": self.step,
+                "event": "divergence_restart",
+                "loss": loss,
+                "restarts": self.divergence.restarts,
+                "lr_scale": self.divergence.lr_scale,
+            }
+        )
 
     def _save_timed(self, tick: float) -> None:
         self.elapsed += time.perf_counter() - tick
