@@ -233,7 +233,7 @@ def write_results(study: Any, path: Path) -> None:
                 [
                     t.number,
                     t.state.name.lower(),
-                    f"{loss:.6g}",
+                    repr(loss),
                     f"{ppl:.6g}",
                     *(t.params.get(k, "") for k in keys),
                     f"{wall:.1f}",
