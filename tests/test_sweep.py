@@ -94,3 +94,17 @@ def test_interrupted_trial_is_retried_with_its_parameters(tmp_path: Path) -> Non
 def test_bad_sweep_files_fail_with_one_line(tmp_path: Path, params: dict, message: str) -> None:
     with pytest.raises(InfolmError, match=message):
         load_sweep(write_sweep(tmp_path, params))
+
+
+def test_add_sweep_parser_wires_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+    import json
+
+    from infolm.sweep import add_sweep_parser
+
+    parser = argparse.ArgumentParser()
+    add_sweep_parser(parser.add_subparsers(dest="command", required=True))
+    path = write_sweep(tmp_path, {"train.log_every": {"type": "choice", "values": [0]}}, trials=1)
+    args = parser.parse_args(["sweep", str(path), "--json"])
+    assert args.func(args) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["finished"] == 1
