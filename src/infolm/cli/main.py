@@ -225,6 +225,10 @@ def make_parser() -> Parser:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_generate)
 
+    from infolm.sweep import add_sweep_parser
+
+    add_sweep_parser(sub)
+
     p = sub.add_parser("info", help="datasets, models and objectives known to the registries")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)
