@@ -127,15 +127,20 @@ class Trainer:
         if config.train.divergence:
             settings = build_dataclass(DivergenceConfig, config.train.divergence, "train.divergence")
             self.divergence = DivergencePolicy(settings)
+        self._parameters: list[nn.Parameter] | None = None
         self.initial_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     # ----------------------------------------------------------------------------------------
     def parameters(self) -> list[nn.Parameter]:
+        """Trainable parameters of the model and the objective, each once (cached)."""
+        if self._parameters is not None:
+            return self._parameters
         seen: dict[int, nn.Parameter] = {}
         for p in list(self.model.parameters()) + list(self.objective.parameters()):
             if p.requires_grad:
                 seen.setdefault(id(p), p)
-        return list(seen.values())
+        self._parameters = list(seen.values())
+        return self._parameters
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.config.train.precision == "bf16":
