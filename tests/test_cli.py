@@ -116,3 +116,20 @@ def test_run_dir_from_another_config_is_refused_and_untouched(run_dir):
     assert_one_line_error(result, "holds a run of another config")
     after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert before == after
+
+
+def test_run_dir_that_is_a_file(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("not a directory")
+    result = run_cli("train", "configs/tiny.yaml", f"run.dir={target}", "train.max_steps=1")
+    assert_one_line_error(result, str(target))
+    assert target.read_text() == "not a directory"
+
+
+def test_damaged_checkpoint_is_a_clear_error(run_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    (copy / "checkpoints/best/model.safetensors").write_bytes(b"garbage")
+    assert_one_line_error(run_cli("evaluate", str(copy)), "cannot load weights")

@@ -201,6 +201,9 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Config, Corpus, 
     if saved_vocab.itos != corpus.vocab.itos:
         raise InfolmError(f"the data of {run_dir} no longer gives the vocabulary the run was trained with")
     model = build_model(config, len(corpus.vocab))
-    ckpt.load_weights(model, chosen)
+    try:
+        ckpt.load_weights(model, chosen)
+    except Exception as error:  # safetensors raises its own error types on damaged files
+        raise InfolmError(f"cannot load weights from {chosen}: {str(error).splitlines()[0]}") from None
     model.to(device).eval()
     return config, corpus, model

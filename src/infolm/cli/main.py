@@ -259,6 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InfolmError as error:
         sys.stderr.write(f"infolm: error: {error}\n")
         return 2
+    except OSError as error:
+        where = f": {error.filename}" if getattr(error, "filename", None) else ""
+        sys.stderr.write(f"infolm: error: {error.strerror or error}{where}\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("infolm: interrupted\n")
         return 130
