@@ -182,8 +182,12 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
-def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Config, Corpus, LanguageModel]:
-    """Config, corpus (same vocabulary) and the evaluation weights of a run (best, else latest)."""
+def load_run(
+    run_dir: str | Path, device: str = "cpu", full_splits: bool = False
+) -> tuple[Config, Corpus, LanguageModel]:
+    """Config, corpus (same vocabulary) and the evaluation weights of a run (best, else latest).
+
+    ``full_splits`` ignores the run's ``data.max_eval_tokens`` (score all of valid and test)."""
     from infolm.config import load_config
     from infolm.data.vocab import Vocab
     from infolm.training import checkpoint as ckpt
@@ -196,6 +200,8 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple[Config, Corpus, 
     chosen = best if (best / "model.safetensors").exists() else ckpt.latest_checkpoint(run_dir)
     if chosen is None:
         raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
+    if full_splits:
+        config.data.max_eval_tokens = None
     corpus = load_corpus(config.data)
     saved_vocab = Vocab.load(run_dir / "vocab.json")
     if saved_vocab.itos != corpus.vocab.itos:

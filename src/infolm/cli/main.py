@@ -49,7 +49,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.device == "auto" and torch.cuda.is_available()
         else ("cpu" if args.device == "auto" else args.device)
     )
-    config, corpus, model = load_run(args.run_dir, device)
+    config, corpus, model = load_run(args.run_dir, device, full_splits=args.full_splits)
     batch_size = args.batch_size or config.data.eval_batch_size
     bptt = args.bptt or config.data.bptt
     result: dict[str, Any] = {
@@ -213,6 +213,7 @@ def make_parser() -> Parser:
     p.add_argument("--reverse-ppl", type=int, default=0, metavar="N", help="reverse perplexity from N generated tokens")
     p.add_argument("--mi-generated", type=int, default=0, metavar="N", help="segment MI of N generated vs real tokens")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling-based evaluations")
+    p.add_argument("--full-splits", action="store_true", help="score all of valid/test despite data.max_eval_tokens")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("generate", help="sample text from a trained run")
