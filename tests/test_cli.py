@@ -133,3 +133,9 @@ def test_damaged_checkpoint_is_a_clear_error(run_dir, tmp_path):
     shutil.copytree(run_dir, copy)
     (copy / "checkpoints/best/model.safetensors").write_bytes(b"garbage")
     assert_one_line_error(run_cli("evaluate", str(copy)), "cannot load weights")
+
+
+def test_evaluate_full_splits(run_dir):
+    result = run_cli("evaluate", str(run_dir), "--split", "valid", "--full-splits", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tokens"] == 73760  # all of PTB valid, <eos> included
