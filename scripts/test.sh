@@ -6,7 +6,7 @@ bash scripts/setup.sh dev
 . .venv/bin/activate
 export INFOLM_DATA_MIRROR="${INFOLM_DATA_MIRROR:-$(cd .. && pwd)/shared/data}"
 export INFOLM_OFFLINE=1
-ruff check src tests benchmarks examples
-ruff format --check src tests benchmarks examples
+ruff check src tests benchmarks examples experiments
+ruff format --check src tests benchmarks examples experiments
 mypy src
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest
