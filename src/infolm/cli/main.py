@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -19,9 +20,20 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no Infinity/NaN: non-finite floats become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _print(payload: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(payload))
+        print(json.dumps(_finite(payload), allow_nan=False))
         return
     for key, value in payload.items():
         print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
