@@ -11,7 +11,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("INFOLM_DATA_MIRROR") or ROOT.parent / "shared" / "data")
 
 os.environ.setdefault("INFOLM_DATA_MIRROR", str(SHARED_DATA))
 os.environ.setdefault("INFOLM_OFFLINE", "1")
