@@ -159,3 +159,29 @@ def test_divergence_restarts_then_gives_up(tmp_path):
     events = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("event") == "divergence_restart"]
     assert [e["restarts"] for e in events] == [1, 2]
     assert events[1]["lr_scale"] == pytest.approx(0.81)
+
+
+def test_init_from_starts_where_another_run_ended(tmp_path):
+    """Fine-tuning phase: a run initialized from another starts from its best weights."""
+    base = tmp_path / "base"
+    assert (
+        run_cli("train", "configs/tiny.yaml", f"run.dir={base}", "train.max_steps=6", "train.eval_every=6").returncode
+        == 0
+    )
+    tuned = tmp_path / "tuned"
+    result = run_cli(
+        "train",
+        "configs/tiny.yaml",
+        f"run.dir={tuned}",
+        f"run.init_from={base}",
+        "train.max_steps=1",
+        "train.eval_every=1",
+        "optim.lr=0",
+        "optim.average={name: tail}",
+    )
+    assert result.returncode == 0, result.stderr
+    a = load_file(str(base / "checkpoints/best/model.safetensors"))
+    b = final_weights(tuned)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # lr 0: the weights are the initial ones
+    bad = run_cli("train", "configs/tiny.yaml", f"run.dir={tmp_path / 'x'}", f"run.init_from={tmp_path / 'none'}")
+    assert bad.returncode != 0 and "not an infolm run" in bad.stderr

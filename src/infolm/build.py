@@ -30,6 +30,7 @@ RESUMABLE_KEYS = {
     "train.early_stopping",
     "run.device",
     "run.dir",
+    "run.init_from",
 }
 
 
@@ -166,6 +167,8 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
         torch.use_deterministic_algorithms(True)
     seed_everything(config.run.seed)
     model = build_model(config, len(corpus.vocab))
+    if config.run.init_from:
+        init_weights(model, config.run.init_from, corpus)
     objective = build_objective(config)
     objective.setup(corpus, model)
     averager = build_averager(config, model)
@@ -180,6 +183,25 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     summary["run_dir"] = str(run_dir)
     summary["parameters"] = sum(p.numel() for p in model.parameters())
     return summary
+
+
+def init_weights(model: torch.nn.Module, run_dir: str | Path, corpus: Corpus) -> None:
+    """Load another run's evaluation weights (best, else latest) into ``model``: the fine-tuning
+    phase of AWD-LSTM / MoS restarts from the trained model with averaging from the first step."""
+    from infolm.data.vocab import Vocab
+    from infolm.training import checkpoint as ckpt
+
+    run_dir = Path(run_dir)
+    best = run_dir / ckpt.CHECKPOINTS / ckpt.BEST
+    chosen = best if (best / "model.safetensors").exists() else ckpt.latest_checkpoint(run_dir)
+    if chosen is None or not (run_dir / "vocab.json").exists():
+        raise InfolmError(f"run.init_from={run_dir} is not an infolm run with a checkpoint")
+    if Vocab.load(run_dir / "vocab.json").itos != corpus.vocab.itos:
+        raise InfolmError(f"run.init_from={run_dir} was trained with another vocabulary")
+    try:
+        ckpt.load_weights(model, chosen)
+    except Exception as error:
+        raise InfolmError(f"cannot load weights from {chosen}: {str(error).splitlines()[0]}") from None
 
 
 def load_run(

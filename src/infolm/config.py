@@ -23,6 +23,7 @@ class RunConfig:
     seed: int = 0  # seeds python, numpy and torch
     device: str = "auto"  # cpu | cuda | auto (cuda when available)
     deterministic: bool = False  # torch.use_deterministic_algorithms
+    init_from: str | None = None  # start from another run's evaluation weights (AWD-LSTM fine-tuning phase)
 
     def __post_init__(self) -> None:
         _check_choice("run.device", self.device, ("cpu", "cuda", "auto"))
