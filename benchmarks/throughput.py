@@ -122,6 +122,42 @@ def infolm_run(corpus, args: argparse.Namespace, precision: str) -> tuple[float,
         return train_rate, eval_rate, float(torch.tensor(nll / count).exp()), trainer
 
 
+def interleaved_ratio(corpus, args: argparse.Namespace) -> float:
+    """infolm steps per second over plain-loop steps per second, alternating blocks of 10 steps in one
+    process so that both see the same machine load."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        overrides = ["model.name=lstm", f"model.emb={args.hidden}", f"model.hidden={args.hidden}"]
+        overrides += [f"model.layers={args.layers}", "model.tie_weights=false", f"data.batch_size={args.batch}"]
+        config = load_config(None, [*overrides, f"data.bptt={args.bptt}", f"run.dir={run_dir}", "run.device=cpu"])
+        torch.manual_seed(0)
+        trainer = Trainer(config, build_model(config, len(corpus.vocab)), build_objective(config), corpus)
+        plain = PlainLSTM(len(corpus.vocab), args.hidden, args.layers)
+        opt = torch.optim.SGD(plain.parameters(), lr=20.0)
+        zeros = torch.zeros(args.layers, args.batch, args.hidden)
+        state = (zeros, zeros)
+
+        def plain_step(window) -> None:
+            nonlocal state
+            state = (state[0].detach(), state[1].detach())
+            logits, state = plain(window.inputs, state)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), window.targets.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(plain.parameters(), 0.25)
+            opt.step()
+
+        times = {"infolm": 0.0, "plain": 0.0}
+        for block in range(args.interleave + 1):
+            for name, step in (("infolm", trainer.train_step), ("plain", plain_step)):
+                start = time.perf_counter()
+                for _ in range(10):
+                    window = trainer.batcher.next_window() or trainer.batcher.next_window()
+                    step(window)
+                if block:  # the first block warms up
+                    times[name] += time.perf_counter() - start
+        return times["plain"] / times["infolm"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="lstm", choices=("lstm", "transformer"))
@@ -134,6 +170,7 @@ def main() -> None:
     parser.add_argument("--eval-tokens", type=int, default=20000)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--interleave", type=int, default=0, help="also alternate N blocks of 10 steps of each")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.threads:
@@ -154,6 +191,8 @@ def main() -> None:
         "mfu": model_flops_per_token(trainer.model) * train_rate / (gflops * 1e9),
         "valid_ppl_fp32": ppl,
     }
+    if args.interleave and args.model == "lstm":
+        result["interleaved_vs_plain_loop"] = interleaved_ratio(corpus, args)
     if args.precision == "bf16":
         bf16_rate, bf16_eval, bf16_ppl, _ = infolm_run(corpus, args, "bf16")
         result.update(
