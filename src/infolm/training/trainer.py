@@ -172,7 +172,7 @@ class Trainer:
             "metrics_lines": self.metrics.lines(),
             "optimizers": [opt.state_dict() for opt in self.optimizers],
             "schedule": self.schedule.state_dict(),
-            "batcher": _plain(self.batcher.state_dict()),
+            "batcher": _convert_rng_ints(self.batcher.state_dict(), str),
             "rng": rng_state(),
             "recurrent_state": self.state,
             "objective": self.objective.state_dict(),
@@ -216,7 +216,7 @@ class Trainer:
         for opt, opt_state in zip(self.optimizers, state["optimizers"]):
             opt.load_state_dict(opt_state)
         self.schedule.load_state_dict(state["schedule"])
-        self.batcher.load_state_dict(_unplain(state["batcher"]))
+        self.batcher.load_state_dict(_convert_rng_ints(state["batcher"], int))
         self.state = state["recurrent_state"]
         self.objective.load_state_dict(state["objective"])
         if self.averager is not None and "averager" in state:
@@ -393,8 +393,6 @@ class Trainer:
                 record = {"step": self.step, "epoch": self.epoch, **values}
                 record["tokens_per_s"] = window_tokens / max(now - last_log, 1e-9)
                 record["elapsed"] = self.elapsed + now - tick
-                if "mle" in values:
-                    record["ppl"] = math.exp(min(values["mle"], 700.0))
                 self.metrics.write(record)
                 window_tokens, last_log = 0, now
             evaluated = False
@@ -460,28 +458,9 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in grads])))
 
 
-def _plain(state: dict[str, Any]) -> dict[str, Any]:
-    """numpy's bit-generator state holds Python ints larger than int64: store them as strings."""
-    rng = state["rng"]
-    return {
-        "position": state["position"],
-        "rng": {
-            "bit_generator": rng["bit_generator"],
-            "state": {k: str(v) for k, v in rng["state"].items()},
-            "has_uint32": rng["has_uint32"],
-            "uinteger": rng["uinteger"],
-        },
-    }
-
-
-def _unplain(state: dict[str, Any]) -> dict[str, Any]:
-    rng = state["rng"]
-    return {
-        "position": state["position"],
-        "rng": {
-            "bit_generator": rng["bit_generator"],
-            "state": {k: int(v) for k, v in rng["state"].items()},
-            "has_uint32": rng["has_uint32"],
-            "uinteger": rng["uinteger"],
-        },
-    }
+def _convert_rng_ints(state: dict[str, Any], convert: Any) -> dict[str, Any]:
+    """numpy's bit-generator state holds Python ints larger than int64; checkpoints store them as
+    strings (``convert=str``) and read them back with ``convert=int``."""
+    rng = dict(state["rng"])
+    rng["state"] = {k: convert(v) for k, v in rng["state"].items()}
+    return {"position": state["position"], "rng": rng}
