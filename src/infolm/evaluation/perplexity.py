@@ -19,6 +19,27 @@ def stream_batches(stream: Tensor, eos_id: int, batch_size: int, bptt: int) -> I
     return eval_windows(stream, eos_id, batch_size, bptt)
 
 
+def stream_outputs(
+    model: LanguageModel, stream: Tensor, eos_id: int, batch_size: int, bptt: int, device: torch.device | str
+) -> Iterator[tuple[Any, Tensor]]:
+    """Walk a whole split in eval mode with the recurrent state carried: yields ``(LMOutput, targets)``
+    per window (targets (B, T), padding ``IGNORE_INDEX``). Call it under ``torch.no_grad()``; the
+    model's train/eval mode is restored when the walk ends."""
+    was_training = model.training
+    model.eval()
+    state: Any = None
+    try:
+        for inputs, targets in stream_batches(stream, eos_id, batch_size, bptt):
+            inputs, targets = inputs.to(device), targets.to(device)
+            if state is None:
+                state = model.init_state(inputs.size(0), device)
+            output = model(inputs, state)
+            state = detach_state(output.state)
+            yield output, targets
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def stream_nll(
     model: LanguageModel,
@@ -34,25 +55,14 @@ def stream_nll(
     The split is cut into ``batch_size`` contiguous rows walked in ``bptt`` windows with the
     recurrent state carried; the model is put in eval mode and restored afterwards.
     """
-    was_training = model.training
-    model.eval()
     total, count = 0.0, 0
-    state: Any = None
-    try:
-        for inputs, targets in stream_batches(stream, eos_id, batch_size, bptt):
-            inputs, targets = inputs.to(device), targets.to(device)
-            if state is None:
-                state = model.init_state(inputs.size(0), device)
-            output = model(inputs, state)
-            state = detach_state(output.state)
-            logits = output.logits.float() / temperature
-            nll = F.cross_entropy(
-                logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
-            )
-            total += float(nll)
-            count += int((targets != IGNORE_INDEX).sum())
-    finally:
-        model.train(was_training)
+    for output, targets in stream_outputs(model, stream, eos_id, batch_size, bptt, device):
+        logits = output.logits.float() / temperature
+        nll = F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+        total += float(nll)
+        count += int((targets != IGNORE_INDEX).sum())
     return total, count
 
 

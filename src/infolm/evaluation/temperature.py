@@ -23,8 +23,8 @@ from torch import Tensor
 
 from infolm.data.batching import IGNORE_INDEX
 from infolm.errors import InfolmError
-from infolm.evaluation.perplexity import stream_batches
-from infolm.models.base import LanguageModel, detach_state
+from infolm.evaluation.perplexity import stream_outputs
+from infolm.models.base import LanguageModel
 
 _CHUNK = 2048  # rows of logits processed at once (bounds the float64 working memory)
 
@@ -119,20 +119,9 @@ def stream_nll_at_temperatures(
     device = torch.device(device) if device is not None else next(model.parameters()).device
     totals = torch.zeros(len(temperatures), dtype=torch.float64)
     tokens = 0
-    state: Any = None
-    was_training = model.training
-    model.eval()
-    try:
-        for inputs, targets in stream_batches(stream, eos_id, batch_size, bptt):
-            inputs, targets = inputs.to(device), targets.to(device)
-            if state is None:
-                state = model.init_state(inputs.size(0), device)
-            output = model(inputs, state)
-            state = detach_state(output.state)
-            totals += nll_at_temperatures(output.logits, targets, temperatures).cpu()
-            tokens += int((targets != IGNORE_INDEX).sum())
-    finally:
-        model.train(was_training)
+    for output, targets in stream_outputs(model, stream, eos_id, batch_size, bptt, device):
+        totals += nll_at_temperatures(output.logits, targets, temperatures).cpu()
+        tokens += int((targets != IGNORE_INDEX).sum())
     return totals, tokens
 
 
@@ -143,21 +132,10 @@ def _stream_beta_statistics(
     """One pass (eval mode): sums of h, h', h'' at ``beta`` over the split, and the token count."""
     totals = torch.zeros(3, dtype=torch.float64, device=device)
     tokens = 0
-    state: Any = None
-    was_training = model.training
-    model.eval()
-    try:
-        for inputs, targets in stream_batches(stream, eos_id, batch_size, bptt):
-            inputs, targets = inputs.to(device), targets.to(device)
-            if state is None:
-                state = model.init_state(inputs.size(0), device)
-            output = model(inputs, state)
-            state = detach_state(output.state)
-            z, y = _flatten(output.logits, targets)
-            totals += _beta_statistics(z, y, beta, dtype=torch.float32)
-            tokens += y.numel()
-    finally:
-        model.train(was_training)
+    for output, targets in stream_outputs(model, stream, eos_id, batch_size, bptt, device):
+        z, y = _flatten(output.logits, targets)
+        totals += _beta_statistics(z, y, beta, dtype=torch.float32)
+        tokens += y.numel()
     return totals.cpu(), tokens
 
 
