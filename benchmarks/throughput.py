@@ -27,6 +27,7 @@ from infolm.data import load_corpus
 from infolm.data.batching import StreamBatcher
 from infolm.evaluation.perplexity import stream_nll
 from infolm.training import Trainer
+from infolm.training.allocator import keep_freed_memory
 
 
 def gemm_gflops(n: int = 1024, dtype: torch.dtype = torch.float32, seconds: float = 1.0) -> float:
@@ -90,6 +91,7 @@ def infolm_run(corpus, args: argparse.Namespace, precision: str) -> tuple[float,
         f"data.bptt={args.bptt}",
         f"train.precision={precision}",
         "run.device=cpu",
+        f"run.keep_freed_memory={args.keep_freed_memory}",
     ]
     if args.model == "lstm":
         overrides += [
@@ -128,7 +130,8 @@ def interleaved_ratio(corpus, args: argparse.Namespace) -> float:
     with tempfile.TemporaryDirectory() as run_dir:
         overrides = ["model.name=lstm", f"model.emb={args.hidden}", f"model.hidden={args.hidden}"]
         overrides += [f"model.layers={args.layers}", "model.tie_weights=false", f"data.batch_size={args.batch}"]
-        config = load_config(None, [*overrides, f"data.bptt={args.bptt}", f"run.dir={run_dir}", "run.device=cpu"])
+        overrides += [f"data.bptt={args.bptt}", f"run.dir={run_dir}", "run.device=cpu"]
+        config = load_config(None, [*overrides, f"run.keep_freed_memory={args.keep_freed_memory}"])
         torch.manual_seed(0)
         trainer = Trainer(config, build_model(config, len(corpus.vocab)), build_objective(config), corpus)
         plain = PlainLSTM(len(corpus.vocab), args.hidden, args.layers)
@@ -171,8 +174,16 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--interleave", type=int, default=0, help="also alternate N blocks of 10 steps of each")
+    parser.add_argument(
+        "--keep-freed-memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="glibc keeps freed memory (run.keep_freed_memory, the trainer's default); set for both loops",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.keep_freed_memory:
+        keep_freed_memory()  # before the plain loop too: both loops run with the same allocator
     if args.threads:
         torch.set_num_threads(args.threads)
     corpus = load_corpus(load_config(None).data)
@@ -183,6 +194,7 @@ def main() -> None:
         "model": args.model,
         "steps": args.steps,
         "threads": torch.get_num_threads(),
+        "keep_freed_memory": args.keep_freed_memory,
         "train_tokens_per_s": train_rate,
         "plain_train_tokens_per_s": plain,
         "vs_plain_loop": train_rate / plain if plain else None,

@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python experiments/issue4.py train    # the training runs, one at a time (resumable)
     OMP_NUM_THREADS=1 python experiments/issue4.py evaluate # test perplexities; dynamic eval, MC dropout, temperature
+    OMP_NUM_THREADS=1 python experiments/issue4.py budget   # the same arms at an equal CPU-time budget (3 seeds)
     python experiments/issue4.py report                     # tables (runs/issue4/tables.md) and docs/img/averaging.png
 
 Every run is an ``infolm train`` / ``infolm evaluate`` subprocess; the command line, wall time and JSON
@@ -36,6 +37,8 @@ AVERAGING = {  # averager -> config (same seed, so the raw trajectory is the sam
     "tail": "configs/ptb/melis-small-lstm-tail.yaml",
     "ema": "configs/ptb/melis-small-lstm-ema.yaml",
 }
+BUDGET_S = 100.0  # training seconds per run of the equal-budget comparison (one core)
+CALIBRATION_STEPS = 40  # steps timed per arm to turn the budget into a step count
 EXTRAS_RUN = "lstm-s0"  # the trained model that dynamic evaluation, MC dropout and temperature are applied to
 EXTRAS_ARGS = [
     "--dynamic",
@@ -102,7 +105,79 @@ def cmd_evaluate(_: argparse.Namespace) -> None:
     for run in runs:
         if (OUT / run / "config.yaml").exists():
             _run(f"test/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", "--split", "test", "--json"])
+    for seed in SEEDS:  # dynamic evaluation, MC dropout and temperature on each seed of the LSTM arm
+        run = f"budget/lstm-s{seed}"
+        _run(f"extras/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", *EXTRAS_ARGS, "--json"])
     _run(f"extras/{EXTRAS_RUN}", ["infolm", "evaluate", f"runs/issue4/{EXTRAS_RUN}", *EXTRAS_ARGS, "--json"])
+
+
+# ------------------------------------------------------------------------------------------------
+# equal CPU budget: each arm gets the number of steps its measured step time fits into BUDGET_S
+
+
+def calibrate() -> dict[str, float]:
+    """Seconds per training step of each arm, from the logged tokens/s of a short run (steps 20-40)."""
+    path = OUT / "budget-calibration.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    step_s = {}
+    for arm, config in CELLS.items():
+        run_dir = OUT / f"calibrate-{arm}"
+        args = [f"run.dir={run_dir}", f"train.max_steps={CALIBRATION_STEPS}", "train.log_every=10"]
+        args += ["train.eval_every=0", "train.checkpoint_every=0", "data.max_eval_tokens=1000"]
+        _run(f"calibrate/{arm}", ["infolm", "train", config, *args, "--json"])
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        rates = [r["tokens_per_s"] for r in records if "tokens_per_s" in r and r["step"] > 10]
+        tokens_per_step = 20 * 35
+        step_s[arm] = tokens_per_step / statistics.mean(rates)
+    path.write_text(json.dumps(step_s, indent=1))
+    return step_s
+
+
+def budget_steps(step_s: dict[str, float]) -> dict[str, int]:
+    return {arm: max(40, int(round(BUDGET_S / seconds / 20.0)) * 20) for arm, seconds in step_s.items()}
+
+
+def cmd_budget(_: argparse.Namespace) -> None:
+    steps = budget_steps(calibrate())
+    print(f"steps for {BUDGET_S:.0f} s: {steps}", flush=True)
+    for seed in SEEDS:
+        for arm, config in CELLS.items():
+            run = f"budget/{arm}-s{seed}"
+            n = steps[arm]
+            args = [f"run.dir=runs/issue4/{run}", f"run.seed={seed}", f"train.max_steps={n}"]
+            args += [f"train.eval_every={n // 4}", "train.log_every=20"]
+            _run(f"train/{run}", ["infolm", "train", config, *args, "--json"])
+            _run(f"test/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", "--split", "test", "--json"])
+
+
+def budget_table(done: dict[str, dict[str, Any]]) -> str:
+    path = OUT / "budget-calibration.json"
+    if not path.exists():
+        return "(not run)"
+    step_s = json.loads(path.read_text())
+    steps = budget_steps(step_s)
+    rows = [
+        "| arm | s / step (calibrated) | steps | seeds | valid ppl (best) | test ppl | per-seed valid | per-seed test |"
+        " train wall s (mean) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
+    ]
+    for arm in CELLS:
+        valid, test, walls = [], [], []
+        for seed in SEEDS:
+            train = done.get(f"train/budget/{arm}-s{seed}")
+            tested = done.get(f"test/budget/{arm}-s{seed}")
+            if train is None or tested is None:
+                continue
+            valid.append(math.exp(train["result"]["best_valid_loss"]))
+            test.append(tested["result"]["ppl"])
+            walls.append(train["wall_s"])
+        rows.append(
+            f"| {arm} | {step_s[arm]:.3f} | {steps[arm]} | {len(valid)} | {_mean_std(valid)} | {_mean_std(test)} | "
+            f"{', '.join(f'{v:.1f}' for v in valid)} | {', '.join(f'{v:.1f}' for v in test)} | "
+            f"{statistics.mean(walls) if walls else math.nan:.0f} |"
+        )
+    return "\n".join(rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -208,6 +283,7 @@ def cmd_report(_: argparse.Namespace) -> None:
     text = "\n\n".join(
         [
             "## cells and objective\n\n" + cell_table(done),
+            f"## equal CPU budget ({BUDGET_S:.0f} s of training per run)\n\n" + budget_table(done),
             "## averaging\n\n" + averaging_table(done),
             f"## dynamic evaluation, MC dropout, temperature ({EXTRAS_RUN})\n\n" + extras_table(done),
             f"total wall time of all steps: {total:.0f} s",
@@ -221,7 +297,8 @@ def cmd_report(_: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, func in (("train", cmd_train), ("evaluate", cmd_evaluate), ("report", cmd_report)):
+    commands = (("train", cmd_train), ("evaluate", cmd_evaluate), ("budget", cmd_budget), ("report", cmd_report))
+    for name, func in commands:
         sub.add_parser(name).set_defaults(func=func)
     args = parser.parse_args()
     args.func(args)

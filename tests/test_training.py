@@ -185,3 +185,23 @@ def test_init_from_starts_where_another_run_ended(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)  # lr 0: the weights are the initial ones
     bad = run_cli("train", "configs/tiny.yaml", f"run.dir={tmp_path / 'x'}", f"run.init_from={tmp_path / 'none'}")
     assert bad.returncode != 0 and "not an infolm run" in bad.stderr
+
+
+def test_keep_freed_memory_changes_no_number(tmp_path):
+    """The glibc allocator setting (run.keep_freed_memory) is about speed only: same weights, same log."""
+    runs = {}
+    for keep in (True, False):
+        run_dir = tmp_path / f"keep-{keep}"
+        args = ["train.max_steps=6", "train.eval_every=3", "train.checkpoint_every=6", "train.log_every=1"]
+        result = run_cli("train", "configs/tiny.yaml", f"run.dir={run_dir}", f"run.keep_freed_memory={keep}", *args)
+        assert result.returncode == 0, result.stderr
+        runs[keep] = run_dir
+    a, b = final_weights(runs[True]), final_weights(runs[False])
+    assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None, reason="glibc")
+def test_keep_freed_memory_applies_on_glibc():
+    from infolm.training.allocator import keep_freed_memory
+
+    assert keep_freed_memory()

@@ -31,6 +31,7 @@ RESUMABLE_KEYS = {
     "run.device",
     "run.dir",
     "run.init_from",
+    "run.keep_freed_memory",
 }
 
 

@@ -24,6 +24,7 @@ class RunConfig:
     device: str = "auto"  # cpu | cuda | auto (cuda when available)
     deterministic: bool = False  # torch.use_deterministic_algorithms
     init_from: str | None = None  # start from another run's evaluation weights (AWD-LSTM fine-tuning phase)
+    keep_freed_memory: bool = True  # CPU: glibc keeps freed memory for reuse (training/allocator.py)
 
     def __post_init__(self) -> None:
         _check_choice("run.device", self.device, ("cpu", "cuda", "auto"))

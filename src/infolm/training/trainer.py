@@ -26,6 +26,7 @@ from infolm.optim.divergence import DivergenceConfig, DivergencePolicy
 from infolm.optim.factory import LRSchedule, build_optimizers
 from infolm.training import checkpoint as ckpt
 from infolm.training import distributed
+from infolm.training.allocator import keep_freed_memory
 from infolm.training.metrics import MetricsLog
 
 
@@ -91,6 +92,8 @@ class Trainer:
         self.config = config
         self.run_dir = Path(config.run.dir)
         self.device = resolve_device(config.run.device)
+        if self.device.type == "cpu" and config.run.keep_freed_memory:
+            keep_freed_memory()
         distributed.init(self.device)
         self.rank, self.world_size = distributed.world()
         self.is_main = self.rank == 0
@@ -303,7 +306,7 @@ class Trainer:
         main = [loss for name, loss in terms.losses.items() if name not in separate]
         retain = bool(separate)
         if main:
-            torch.stack(main).sum().backward(retain_graph=retain)
+            (main[0] if len(main) == 1 else torch.stack(main).sum()).backward(retain_graph=retain)
         distributed.average_gradients(params)
         norm = _clip(params, clip)
         for index, (name, group_clip) in enumerate(separate.items()):
@@ -321,8 +324,10 @@ class Trainer:
     def train_step(self, window: Any) -> dict[str, float]:
         self.model.train()
         self.objective.train()
-        inputs = window.inputs.index_select(0, self.rows).to(self.device)
-        targets = window.targets.index_select(0, self.rows).to(self.device)
+        inputs, targets = window.inputs, window.targets
+        if self.world_size > 1:
+            inputs, targets = inputs.index_select(0, self.rows), targets.index_select(0, self.rows)
+        inputs, targets = inputs.to(self.device), targets.to(self.device)
         if self.state is None:
             self.state = self.model.init_state(inputs.size(0), self.device)
         batch = Batch(inputs, targets, detach_state(self.state), window.lr_scale, self.epoch, self.step)
