@@ -126,7 +126,7 @@ def infolm_run(corpus, args: argparse.Namespace, precision: str) -> tuple[float,
 
 def interleaved_ratio(corpus, args: argparse.Namespace) -> float:
     """infolm steps per second over plain-loop steps per second, alternating blocks of 10 steps in one
-    process so that both see the same machine load."""
+    process (in A B B A order) so that both see the same machine load."""
     with tempfile.TemporaryDirectory() as run_dir:
         overrides = ["model.name=lstm", f"model.emb={args.hidden}", f"model.hidden={args.hidden}"]
         overrides += [f"model.layers={args.layers}", "model.tie_weights=false", f"data.batch_size={args.batch}"]
@@ -150,8 +150,9 @@ def interleaved_ratio(corpus, args: argparse.Namespace) -> float:
             opt.step()
 
         times = {"infolm": 0.0, "plain": 0.0}
+        loops = [("infolm", trainer.train_step), ("plain", plain_step)]
         for block in range(args.interleave + 1):
-            for name, step in (("infolm", trainer.train_step), ("plain", plain_step)):
+            for name, step in loops if block % 2 else loops[::-1]:  # A B B A ...: neither loop always goes first
                 start = time.perf_counter()
                 for _ in range(10):
                     window = trainer.batcher.next_window() or trainer.batcher.next_window()
