@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from infolm.models.cells import LSTMCell, MogrifierLSTMCell, RLSTMCell
+from infolm.training.allocator import keep_freed_memory
 
 
 def _step(module: nn.Module, x: torch.Tensor) -> Callable[[], None]:
@@ -69,8 +70,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--stat", choices=("min", "median"), default="min", help="statistic over the repeats")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--keep-freed-memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="glibc keeps freed memory, as the trainer does by default (run.keep_freed_memory)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    if args.keep_freed_memory:
+        keep_freed_memory()
     torch.set_num_threads(args.threads)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     sizes = [
@@ -80,7 +89,8 @@ def main() -> None:
     keys = [k for k in sizes[0] if k.endswith("_vs_nn_lstm")]
     summary = {key: max(size[key] for size in sizes) for key in keys}
     setup = {"batch": args.batch, "steps": args.steps, "rounds": args.rounds, "rank": args.rank, "stat": args.stat}
-    result = {**summary, "setup": {**setup, "threads": args.threads, "torch": torch.__version__}, "sizes": sizes}
+    setup.update(threads=args.threads, keep_freed_memory=args.keep_freed_memory, torch=torch.__version__)
+    result = {**summary, "setup": setup, "sizes": sizes}
     if args.json:
         print(json.dumps(result, indent=2))
         return
