@@ -89,9 +89,9 @@ def train_jobs() -> list[tuple[str, list[str]]]:
         for arm, config in CELLS.items():
             run = f"{arm}-s{seed}"
             jobs.append((f"train/{run}", [config, f"run.dir=runs/issue4/{run}", f"run.seed={seed}"]))
-        if seed == 0:  # averaging runs after the first seed of each arm
-            for name, config in AVERAGING.items():
-                jobs.append((f"train/avg-{name}", [config, f"run.dir=runs/issue4/avg-{name}"]))
+        for name, config in AVERAGING.items():  # seed 0 right after the first seed of each arm
+            run = f"avg-{name}" if seed == 0 else f"avg-{name}-s{seed}"
+            jobs.append((f"train/{run}", [config, f"run.dir=runs/issue4/{run}", f"run.seed={seed}"]))
     return [(key, ["infolm", "train", *args, "--json"]) for key, args in jobs]
 
 
@@ -224,23 +224,41 @@ def cell_table(done: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def _avg_run(name: str, seed: int) -> str:
+    return f"avg-{name}" if seed == 0 else f"avg-{name}-s{seed}"
+
+
 def averaging_table(done: dict[str, dict[str, Any]]) -> str:
+    """Final and best validation perplexity of each averager (raw weights: the 2TA run's ``loss_raw``),
+    mean ± sd over the seeds that finished, and the test perplexity of the best checkpoint."""
     rows = [
-        "| weights | final valid ppl | best valid ppl | test ppl (best checkpoint) |",
-        "| --- | ---: | ---: | ---: |",
+        "| weights | seeds | final valid ppl | best valid ppl | test ppl (best checkpoint) | per-seed final valid |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
-    evals = _evals("avg-2ta")
-    if evals:
-        raw = [r["loss_raw"] for r in evals if "loss_raw" in r]
-        rows.append(f"| raw (from the 2TA run) | {math.exp(raw[-1]):.1f} | {math.exp(min(raw)):.1f} | — |")
+    raw_final, raw_best = [], []
+    for seed in SEEDS:
+        raw = [r["loss_raw"] for r in _evals(_avg_run("2ta", seed)) if "loss_raw" in r]
+        if raw and done.get(f"train/{_avg_run('2ta', seed)}"):
+            raw_final.append(math.exp(raw[-1]))
+            raw_best.append(math.exp(min(raw)))
+    per_seed = ", ".join(f"{v:.1f}" for v in raw_final)
+    rows.append(f"| raw | {len(raw_final)} | {_mean_std(raw_final)} | {_mean_std(raw_best)} | — | {per_seed} |")
     for name in AVERAGING:
-        evals = _evals(f"avg-{name}")
-        if not evals:
-            continue
-        losses = [r["loss"] for r in evals]
-        tested = done.get(f"test/avg-{name}")
-        test = f"{tested['result']['ppl']:.1f}" if tested else "—"
-        rows.append(f"| {name} | {math.exp(losses[-1]):.1f} | {math.exp(min(losses)):.1f} | {test} |")
+        final, best, test = [], [], []
+        for seed in SEEDS:
+            run = _avg_run(name, seed)
+            losses = [r["loss"] for r in _evals(run)]
+            if not losses or not done.get(f"train/{run}"):
+                continue
+            final.append(math.exp(losses[-1]))
+            best.append(math.exp(min(losses)))
+            tested = done.get(f"test/{run}")
+            if tested is not None:
+                test.append(tested["result"]["ppl"])
+        per_seed = ", ".join(f"{v:.1f}" for v in final)
+        rows.append(
+            f"| {name} | {len(final)} | {_mean_std(final)} | {_mean_std(best)} | {_mean_std(test)} | {per_seed} |"
+        )
     return "\n".join(rows)
 
 
