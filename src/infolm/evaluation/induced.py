@@ -28,8 +28,9 @@ import torch
 from torch import Tensor, nn
 
 from infolm.data.batching import IGNORE_INDEX, eval_rows
+from infolm.data.contexts import encode_contexts
 from infolm.errors import InfolmError
-from infolm.objectives.imm import encode_contexts, eval_mode
+from infolm.models.base import eval_mode
 
 MAX_TABLE_ENTRIES = 2**29  # (contexts x vocabulary) floats of the induced table: 2 GiB in float32
 

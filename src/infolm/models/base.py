@@ -6,7 +6,9 @@ Objectives and evaluation only rely on this contract.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -58,3 +60,16 @@ def select_state(state: State, index: Tensor) -> State:
 
 def _batch_dim(t: Tensor) -> int:
     return 1 if t.dim() == 3 else 0
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Evaluation mode (dropout off) for extra passes inside training (IMM Sec. 6, induced-model
+    evaluation); every submodule's own mode is restored afterwards."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training

@@ -35,10 +35,9 @@ Choices made here (the paper leaves them open for a recurrent model):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +45,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from infolm.data.contexts import encode_contexts
 from infolm.errors import InfolmError
+from infolm.models.base import eval_mode
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 
 IGNORE_INDEX = -100
@@ -149,17 +150,6 @@ def crosstalk_induced_cross_entropy(
 
 # ----------------------------------------------------------------------------------------------
 # Short contexts: index of their occurrences in the training stream
-
-
-def encode_contexts(contexts: np.ndarray, vocab_size: int) -> np.ndarray:
-    """(M, L) token ids -> (M,) int64 keys, equal iff the rows are equal (base-V digits)."""
-    length = contexts.shape[1]
-    if vocab_size**length >= 2**62:
-        raise InfolmError(f"short contexts of {length} tokens over {vocab_size} types do not fit a 64-bit key")
-    keys = np.zeros(contexts.shape[0], dtype=np.int64)
-    for column in range(length):
-        keys = keys * vocab_size + contexts[:, column].astype(np.int64)
-    return keys
 
 
 class ShortContextIndex:
@@ -283,18 +273,6 @@ class StateBank:
 
 def _at_least_fp32(logits: Tensor) -> Tensor:
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Dropout off for the IMM passes (Sec. 6); every submodule's mode is restored afterwards."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training
 
 
 # ----------------------------------------------------------------------------------------------
