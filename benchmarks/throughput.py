@@ -17,6 +17,8 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -62,18 +64,15 @@ class PlainLSTM(nn.Module):
         return self.decoder(out), state
 
 
-def plain_loop(corpus, args: argparse.Namespace) -> float:
-    torch.manual_seed(0)
-    model = PlainLSTM(len(corpus.vocab), args.hidden, args.layers)
+def plain_stepper(vocab_size: int, args: argparse.Namespace) -> Callable[[Any], None]:
+    """One step of the plain loop: embedding, nn.LSTM, linear, cross-entropy, clip 0.25, SGD lr 20."""
+    model = PlainLSTM(vocab_size, args.hidden, args.layers)
     opt = torch.optim.SGD(model.parameters(), lr=20.0)
-    batcher = StreamBatcher(corpus.stream("train"), args.batch, args.bptt)
-    state = (torch.zeros(args.layers, args.batch, args.hidden), torch.zeros(args.layers, args.batch, args.hidden))
-    tokens, start = 0, 0.0
-    for step in range(args.steps + args.warmup):
-        if step == args.warmup:
-            tokens, start = 0, time.perf_counter()
-        window = batcher.next_window()
-        assert window is not None
+    zeros = torch.zeros(args.layers, args.batch, args.hidden)
+    state = (zeros, zeros)
+
+    def step(window: Any) -> None:
+        nonlocal state
         state = (state[0].detach(), state[1].detach())
         logits, state = model(window.inputs, state)
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), window.targets.reshape(-1))
@@ -81,6 +80,21 @@ def plain_loop(corpus, args: argparse.Namespace) -> float:
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 0.25)
         opt.step()
+
+    return step
+
+
+def plain_loop(corpus, args: argparse.Namespace) -> float:
+    torch.manual_seed(0)
+    step = plain_stepper(len(corpus.vocab), args)
+    batcher = StreamBatcher(corpus.stream("train"), args.batch, args.bptt)
+    tokens, start = 0, 0.0
+    for index in range(args.steps + args.warmup):
+        if index == args.warmup:
+            tokens, start = 0, time.perf_counter()
+        window = batcher.next_window()
+        assert window is not None
+        step(window)
         tokens += window.inputs.numel()
     return tokens / (time.perf_counter() - start)
 
@@ -136,20 +150,7 @@ def interleaved_ratio(corpus, args: argparse.Namespace) -> tuple[float, float]:
         config = load_config(None, [*overrides, f"run.keep_freed_memory={args.keep_freed_memory}"])
         torch.manual_seed(0)
         trainer = Trainer(config, build_model(config, len(corpus.vocab)), build_objective(config), corpus)
-        plain = PlainLSTM(len(corpus.vocab), args.hidden, args.layers)
-        opt = torch.optim.SGD(plain.parameters(), lr=20.0)
-        zeros = torch.zeros(args.layers, args.batch, args.hidden)
-        state = (zeros, zeros)
-
-        def plain_step(window) -> None:
-            nonlocal state
-            state = (state[0].detach(), state[1].detach())
-            logits, state = plain(window.inputs, state)
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), window.targets.reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(plain.parameters(), 0.25)
-            opt.step()
+        plain_step = plain_stepper(len(corpus.vocab), args)
 
         times: dict[str, list[float]] = {"infolm": [], "plain": []}
         loops = [("infolm", trainer.train_step), ("plain", plain_step)]
