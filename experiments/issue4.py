@@ -262,6 +262,35 @@ def averaging_table(done: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def budget_extras_table(done: dict[str, dict[str, Any]]) -> str:
+    """Test perplexity of each equal-budget LSTM seed under static evaluation, the tuned softmax
+    temperature, MC dropout and dynamic evaluation, and the change against static (mean ± sd)."""
+    rows = [
+        "| seed | static | temperature (T) | MC dropout | dynamic evaluation (lr, decay, eps) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    changes: dict[str, list[float]] = {"temperature": [], "mc_dropout": [], "dynamic": []}
+    for seed in SEEDS:
+        record = done.get(f"extras/budget/lstm-s{seed}")
+        if record is None:
+            continue
+        result = record["result"]
+        static = result["temperature"]["test_nll_t1"]
+        cells = []
+        for name in changes:
+            nll = result[name]["test_nll"]
+            changes[name].append(100.0 * (math.exp(nll - static) - 1.0))
+            cells.append(f"{math.exp(nll):.1f} ({changes[name][-1]:+.1f}%)")
+        temperature, dynamic = result["temperature"], result["dynamic"]
+        cells[0] += f", T = {temperature['temperature']:.3f}"
+        cells[2] += f", {dynamic['lr']:g}, {dynamic['decay']:g}, {dynamic['epsilon']:g}"
+        rows.append(f"| {seed} | {math.exp(static):.1f} | " + " | ".join(cells) + " |")
+    if changes["dynamic"]:
+        mean = " | ".join(f"{_mean_std(v)}%" for v in changes.values())
+        rows.append(f"| change, mean ± sd | — | {mean} |")
+    return "\n".join(rows)
+
+
 def extras_table(done: dict[str, dict[str, Any]]) -> str:
     record = done.get(f"extras/{EXTRAS_RUN}")
     if record is None:
@@ -302,6 +331,7 @@ def cmd_report(_: argparse.Namespace) -> None:
         [
             "## cells and objective\n\n" + cell_table(done),
             f"## equal CPU budget ({BUDGET_S:.0f} s of training per run)\n\n" + budget_table(done),
+            "## equal-budget LSTM: temperature, MC dropout, dynamic evaluation (test)\n\n" + budget_extras_table(done),
             "## averaging\n\n" + averaging_table(done),
             f"## dynamic evaluation, MC dropout, temperature ({EXTRAS_RUN})\n\n" + extras_table(done),
             f"total wall time of all steps: {total:.0f} s",
