@@ -3,6 +3,7 @@
 # the reverse copy task, each with an LSTM and a Mogrifier cell of equal parameter count, one seed.
 #   bash experiments/issue4_tasks.sh char    # 4 runs, then valid / test bpc of each
 #   bash experiments/issue4_tasks.sh copy    # writes the copy-task files, 2 runs, then valid / test loss
+#   bash experiments/issue4_tasks.sh copy10  # the same with lines of 10 symbols (configs/copy/*.yaml + overrides)
 # Every command's JSON result and wall time go to runs/issue4-tasks/<run>.<step>.json; rerunning skips what is
 # done (training resumes from its last checkpoint).
 set -euo pipefail
@@ -33,9 +34,10 @@ PY
   mv "$OUT/$name.json.tmp" "$OUT/$name.json"
 }
 
-run_config() {  # run_config CONFIG RUN_NAME
+run_config() {  # run_config CONFIG RUN_NAME [OVERRIDE ...]
   local config=$1 name=$2
-  step "$name.train" infolm train "$config" "run.dir=runs/issue4-tasks/$name" --json
+  shift 2
+  step "$name.train" infolm train "$config" "run.dir=runs/issue4-tasks/$name" "$@" --json
   for split in valid test; do
     step "$name.$split" infolm evaluate "runs/issue4-tasks/$name" --split "$split" --json
   done
@@ -56,8 +58,18 @@ case "${1:-}" in
       run_config "$config" "$(basename "$config" .yaml)"
     done
     ;;
+  copy10)
+    data=runs/data/reverse-copy-10
+    if [[ ! -s $data/test.txt ]]; then
+      python -m infolm.data.copy_task $data --length 10 --vocab-size 100 --train 20000 --valid 1000 --test 1000
+    fi
+    for cell in lstm mogrifier; do
+      run_config "configs/copy/reverse-20-$cell.yaml" "reverse-10-$cell" "data.train=$data/train.txt" \
+        "data.valid=$data/valid.txt" "data.test=$data/test.txt" data.bptt=22
+    done
+    ;;
   *)
-    echo "usage: bash experiments/issue4_tasks.sh char|copy" >&2
+    echo "usage: bash experiments/issue4_tasks.sh char|copy|copy10" >&2
     exit 2
     ;;
 esac
