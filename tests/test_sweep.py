@@ -107,4 +107,6 @@ def test_add_sweep_parser_wires_the_subcommand(tmp_path: Path, capsys: pytest.Ca
     path = write_sweep(tmp_path, {"train.log_every": {"type": "choice", "values": [0]}}, trials=1)
     args = parser.parse_args(["sweep", str(path), "--json"])
     assert args.func(args) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["finished"] == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["finished"] == 1  # stdout is the JSON summary alone
+    assert "trial 0: " in captured.err  # progress goes to stderr

@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -156,12 +157,12 @@ def run_sweep(path: str | Path, trials: int | None = None) -> dict[str, Any]:
         except InfolmError as error:  # a diverged or misconfigured trial fails; the sweep goes on
             trial.set_user_attr("error", str(error))
             trial.set_user_attr("wall_s", time.perf_counter() - start)
-            print(f"trial {trial.number}: failed: {error}", flush=True)
+            print(f"trial {trial.number}: failed: {error}", file=sys.stderr, flush=True)
             raise
         loss = float(summary["best_valid_loss"])
         trial.set_user_attr("wall_s", time.perf_counter() - start)
         trial.set_user_attr("step", int(summary["step"]))
-        print(f"trial {trial.number}: best valid loss {loss:.4f} {params}", flush=True)
+        print(f"trial {trial.number}: best valid loss {loss:.4f} {params}", file=sys.stderr, flush=True)
         if not math.isfinite(loss):
             raise InfolmError(f"trial {trial.number} has no finite validation loss")
         return loss
