@@ -186,23 +186,35 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
+def _evaluation_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint whose weights stand for a run: ``best/``, else the latest one (None if none)."""
+    from infolm.training import checkpoint as ckpt
+
+    best = run_dir / ckpt.CHECKPOINTS / ckpt.BEST
+    return best if (best / "model.safetensors").exists() else ckpt.latest_checkpoint(run_dir)
+
+
+def _load_checkpoint_weights(model: torch.nn.Module, checkpoint: Path) -> None:
+    from infolm.training import checkpoint as ckpt
+
+    try:
+        ckpt.load_weights(model, checkpoint)
+    except Exception as error:  # safetensors raises its own error types on damaged files
+        raise InfolmError(f"cannot load weights from {checkpoint}: {str(error).splitlines()[0]}") from None
+
+
 def init_weights(model: torch.nn.Module, run_dir: str | Path, corpus: Corpus) -> None:
     """Load another run's evaluation weights (best, else latest) into ``model``: the fine-tuning
     phase of AWD-LSTM / MoS restarts from the trained model with averaging from the first step."""
     from infolm.data.vocab import Vocab
-    from infolm.training import checkpoint as ckpt
 
     run_dir = Path(run_dir)
-    best = run_dir / ckpt.CHECKPOINTS / ckpt.BEST
-    chosen = best if (best / "model.safetensors").exists() else ckpt.latest_checkpoint(run_dir)
+    chosen = _evaluation_checkpoint(run_dir)
     if chosen is None or not (run_dir / "vocab.json").exists():
         raise InfolmError(f"run.init_from={run_dir} is not an infolm run with a checkpoint")
     if Vocab.load(run_dir / "vocab.json").itos != corpus.vocab.itos:
         raise InfolmError(f"run.init_from={run_dir} was trained with another vocabulary")
-    try:
-        ckpt.load_weights(model, chosen)
-    except Exception as error:
-        raise InfolmError(f"cannot load weights from {chosen}: {str(error).splitlines()[0]}") from None
+    _load_checkpoint_weights(model, chosen)
 
 
 def load_run(
@@ -213,14 +225,12 @@ def load_run(
     ``full_splits`` ignores the run's ``data.max_eval_tokens`` (score all of valid and test)."""
     from infolm.config import load_config
     from infolm.data.vocab import Vocab
-    from infolm.training import checkpoint as ckpt
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise InfolmError(f"{run_dir} is not an infolm run directory (no config.yaml)")
     config = load_config(run_dir / "config.yaml")
-    best = run_dir / ckpt.CHECKPOINTS / ckpt.BEST
-    chosen = best if (best / "model.safetensors").exists() else ckpt.latest_checkpoint(run_dir)
+    chosen = _evaluation_checkpoint(run_dir)
     if chosen is None:
         raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
     if full_splits:
@@ -230,9 +240,6 @@ def load_run(
     if saved_vocab.itos != corpus.vocab.itos:
         raise InfolmError(f"the data of {run_dir} no longer gives the vocabulary the run was trained with")
     model = build_model(config, len(corpus.vocab))
-    try:
-        ckpt.load_weights(model, chosen)
-    except Exception as error:  # safetensors raises its own error types on damaged files
-        raise InfolmError(f"cannot load weights from {chosen}: {str(error).splitlines()[0]}") from None
+    _load_checkpoint_weights(model, chosen)
     model.to(device).eval()
     return config, corpus, model
