@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 
 import torch
+from allocator_flag import add_allocator_flag, apply_allocator_flag
 from torch import nn
 
 from infolm.models.cells import LSTMCell, MogrifierLSTMCell, RLSTMCell
-from infolm.training.allocator import keep_freed_memory
 
 
 def _step(module: nn.Module, x: torch.Tensor) -> Callable[[], None]:
@@ -70,16 +70,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--stat", choices=("min", "median"), default="min", help="statistic over the repeats")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument(
-        "--keep-freed-memory",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="glibc keeps freed memory, as the trainer does by default (run.keep_freed_memory)",
-    )
+    add_allocator_flag(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    if args.keep_freed_memory:
-        keep_freed_memory()
+    apply_allocator_flag(args)
     torch.set_num_threads(args.threads)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     sizes = [

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from allocator_flag import add_allocator_flag, apply_allocator_flag
 from torch import nn
 
 from infolm.build import build_model, build_objective
@@ -30,7 +31,6 @@ from infolm.data import load_corpus
 from infolm.data.batching import StreamBatcher
 from infolm.evaluation.perplexity import stream_nll
 from infolm.training import Trainer
-from infolm.training.allocator import keep_freed_memory
 
 
 def gemm_gflops(n: int = 1024, dtype: torch.dtype = torch.float32, seconds: float = 1.0) -> float:
@@ -179,16 +179,10 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--interleave", type=int, default=0, help="also alternate N blocks of 10 steps of each")
-    parser.add_argument(
-        "--keep-freed-memory",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="glibc keeps freed memory (run.keep_freed_memory, the trainer's default); set for both loops",
-    )
+    add_allocator_flag(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.keep_freed_memory:
-        keep_freed_memory()  # before the plain loop too: both loops run with the same allocator
+    apply_allocator_flag(args)  # before the plain loop too: both loops run with the same allocator
     if args.threads:
         torch.set_num_threads(args.threads)
     corpus = load_corpus(load_config(None).data)
