@@ -198,6 +198,9 @@ def test_keep_freed_memory_changes_no_number(tmp_path):
         runs[keep] = run_dir
     a, b = final_weights(runs[True]), final_weights(runs[False])
     assert all(torch.equal(a[key], b[key]) for key in a)
+    logs = [read_metrics(runs[keep] / "metrics.jsonl") for keep in (True, False)]
+    timeless = [[{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed")} for r in log] for log in logs]
+    assert timeless[0] == timeless[1]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None, reason="glibc")
