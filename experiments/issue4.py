@@ -1,8 +1,9 @@
 """Issue 4 experiments on a tiny CPU budget: cells, multi-sample objective, dynamic eval / MC dropout, averaging.
 
     OMP_NUM_THREADS=1 python experiments/issue4.py train    # the training runs, one at a time (resumable)
-    OMP_NUM_THREADS=1 python experiments/issue4.py evaluate # test perplexities; dynamic eval, MC dropout, temperature
     OMP_NUM_THREADS=1 python experiments/issue4.py budget   # the same arms at an equal CPU-time budget (3 seeds)
+    OMP_NUM_THREADS=1 python experiments/issue4.py evaluate # test ppl; dynamic eval, MC dropout, temperature
+                                                            # (on lstm-s0 and on the equal-budget LSTM seeds)
     python experiments/issue4.py report                     # tables (runs/issue4/tables.md) and docs/img/averaging.png
 
 Every run is an ``infolm train`` / ``infolm evaluate`` subprocess; the command line, wall time and JSON
@@ -105,9 +106,10 @@ def cmd_evaluate(_: argparse.Namespace) -> None:
     for run in runs:
         if (OUT / run / "config.yaml").exists():
             _run(f"test/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", "--split", "test", "--json"])
-    for seed in SEEDS:  # dynamic evaluation, MC dropout and temperature on each seed of the LSTM arm
+    for seed in SEEDS:  # dynamic evaluation, MC dropout and temperature on each equal-budget LSTM seed
         run = f"budget/lstm-s{seed}"
-        _run(f"extras/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", *EXTRAS_ARGS, "--json"])
+        if (OUT / run / "config.yaml").exists():
+            _run(f"extras/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", *EXTRAS_ARGS, "--json"])
     _run(f"extras/{EXTRAS_RUN}", ["infolm", "evaluate", f"runs/issue4/{EXTRAS_RUN}", *EXTRAS_ARGS, "--json"])
 
 
