@@ -43,6 +43,7 @@ class DatasetSpec:
     derive: Callable[[str, str], str] | None = None  # (split, raw text) -> text (ptb-char)
     split_fractions: tuple[float, float, float] | None = None  # one file cut into train/valid/test
     split_by_chars: bool = False  # cut by characters (enwik8, text8) instead of by lines
+    kind: str = "text"  # text (a language-modelling corpus) | qa (question-answer ranking, JSON lines)
 
 
 def _ptb_to_char(split: str, text: str) -> str:
@@ -114,6 +115,14 @@ DATASETS: dict[str, DatasetSpec] = {
             split_fractions=(0.9, 0.05, 0.05),
             split_by_chars=True,
         ),
+        DatasetSpec(
+            "yahoocqa",
+            "word",
+            {s: f"{s}.jsonl" for s in SPLITS},
+            {},
+            "YahooCQA answer ranking (Tay et al. 2017), not shipped: <mirror>/yahoocqa/{split}.jsonl",
+            kind="qa",
+        ),
     ]
 }
 
@@ -152,6 +161,9 @@ def locate(spec: DatasetSpec, split: str) -> Path:
 def _download(spec: DatasetSpec, split: str, target: Path) -> Path:
     if os.environ.get("INFOLM_OFFLINE"):
         raise InfolmError(f"dataset {spec.name}: {target.name} is not in the mirror or cache and INFOLM_OFFLINE is set")
+    if split not in spec.remote:
+        where = f"$INFOLM_DATA_MIRROR/{spec.name}/"
+        raise InfolmError(f"dataset {spec.name}: {target.name} is not shipped or downloadable; put it in {where}")
     remote = spec.remote[split]
     try:
         with urllib.request.urlopen(remote.url, timeout=60) as response:  # noqa: S310 - fixed https/http URLs
@@ -176,6 +188,8 @@ def dataset_texts(name: str) -> tuple[DatasetSpec, dict[str, str]]:
         known = ", ".join(sorted(DATASETS))
         raise InfolmError(f"unknown dataset {name!r}; known: {known}, or path (with data.train/valid/test)")
     spec = DATASETS[name]
+    if spec.kind != "text":
+        raise InfolmError(f"dataset {name} is a {spec.kind} dataset, not a text corpus to train a language model on")
     if spec.split_fractions is not None:
         text = read_text(locate(spec, "all"))
         units: list[str] | str = text if spec.split_by_chars else text.splitlines()

@@ -1,0 +1,208 @@
+"""The SentenceMIM / sentence-VAE architecture (Livne et al. Sec. 2.1 and 4.2, after Bowman et al. 2015).
+
+Encoder: word embeddings -> 1-layer GRU reading the sentence right to left -> linear heads for the
+mean and the log-variance of a diagonal Gaussian q(z|x) (Eq. 3), the log-variance clamped from below.
+Decoder: a 1-layer GRU whose initial state is a linear map of z and whose every input is the
+previous word's embedding concatenated with z; a linear softmax layer over the vocabulary (Eq. 1).
+Prior p(z) = N(0, I), the anchor P(z) of A-MIM. One embedding matrix serves encoder and decoder,
+which gives the paper's parameter counts (11M / 11M / 12M for latent 16 / 128 / 512 on PTB).
+
+Sentences are ``tokens`` (B, T): the words of each sentence followed by ``<eos>``, right-padded;
+``lengths`` (B,) count the words and the ``<eos>``. The encoder reads the words (not ``<eos>``).
+The decoder starts from a learned ``<sos>`` embedding (the paper's x^0) and predicts the words and
+``<eos>``, which ends the sentence. With ``length_prior`` the decoder is Eq. 2 instead:
+p(x|z) = p_seq(x|z) p(T), where p_seq never emits ``<eos>`` (its softmax excludes it, so it sums to
+one over the sentences of each length) and p(T) is the training sentences' length distribution.
+
+K latent samples per sentence are folded into the batch: ``log_likelihood`` scores z (K, B, D) in
+one decoder pass of K * B rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.distributions import Distribution, Independent, Normal
+
+from infolm.data.batching import IGNORE_INDEX
+from infolm.errors import InfolmError
+
+
+@dataclasses.dataclass
+class SentenceGRUConfig:
+    emb: int = 300  # word embedding size (Sec. 4.2, PTB: 300)
+    hidden: int = 512  # GRU hidden size of the encoder and the decoder (Sec. 4.2, PTB: 512)
+    latent: int = 16  # latent dimension d (Sec. 4.2, PTB: 16 / 128 / 512)
+    dropout_embedding: float = 0.5  # dropout on the input embeddings of encoder and decoder (Sec. 4.2: 50%)
+    min_log_var: float = -10.0  # lower clamp of the posterior log-variance (the authors' public code: -10)
+    reverse_encoder: bool = True  # the encoder reads the sentence right to left (Sec. 4.2, after Sutskever et al.)
+    length_prior: bool = False  # Eq. 2: p(x|z) = p_seq(x|z) p(T), <eos> not modelled; off: <eos> ends sentences
+    max_length: int = 200  # longest sentence (words) the length prior p(T) covers and generation produces
+
+    def __post_init__(self) -> None:
+        for key in ("emb", "hidden", "latent", "max_length"):
+            if getattr(self, key) < 1:
+                raise InfolmError(f"model.{key} must be positive, got {getattr(self, key)}")
+        if not 0.0 <= self.dropout_embedding < 1.0:
+            raise InfolmError(f"model.dropout_embedding must be in [0, 1), got {self.dropout_embedding}")
+
+
+def reverse_padded(tokens: Tensor, lengths: Tensor, pad: int) -> Tensor:
+    """Reverse the first ``lengths[b]`` entries of each row, keep the padding on the right. (B, T)."""
+    positions = torch.arange(tokens.size(1), device=tokens.device)  # (T,)
+    index = (lengths.unsqueeze(1) - 1 - positions).clamp(min=0)  # (B, T)
+    reversed_tokens = tokens.gather(1, index)
+    return torch.where(positions < lengths.unsqueeze(1), reversed_tokens, torch.full_like(tokens, pad))
+
+
+class SentenceGRU(nn.Module):
+    """Bowman et al.'s sentence auto-encoder: GRU encoder -> Gaussian z -> GRU decoder fed z at every step."""
+
+    log_length_prior: Tensor  # (max_length + 1,) ln p(T), a buffer (Eq. 2)
+
+    def __init__(self, config: SentenceGRUConfig, vocab_size: int, eos_id: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        self.vocab_size = vocab_size
+        self.eos_id = eos_id
+        self.latent_dim = config.latent
+        self.embedding = nn.Embedding(vocab_size, config.emb)
+        self.sos = nn.Parameter(torch.empty(config.emb).normal_())  # x^0 = <SOS> (Eq. 1)
+        self.dropout = nn.Dropout(config.dropout_embedding)
+        self.encoder = nn.GRU(config.emb, config.hidden, batch_first=True)
+        self.to_mean = nn.Linear(config.hidden, config.latent)
+        self.to_log_var = nn.Linear(config.hidden, config.latent)
+        self.latent_to_hidden = nn.Linear(config.latent, config.hidden)
+        self.decoder = nn.GRU(config.emb + config.latent, config.hidden, batch_first=True)
+        self.output = nn.Linear(config.hidden, vocab_size)
+        # log p(T) for T = 0..max_length (Eq. 2); uniform until fit_length_prior sees the training lengths
+        uniform = torch.full((config.max_length + 1,), -float("inf"))
+        uniform[1:] = -torch.log(torch.tensor(float(config.max_length)))
+        self.register_buffer("log_length_prior", uniform)
+
+    # -- encoder -------------------------------------------------------------------------------
+    def encode(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Posterior mean and log-variance (B, D) of the sentences ``tokens`` (B, T)."""
+        words = (lengths - 1).clamp(min=0)  # the encoder reads the words, not <eos>
+        inputs = reverse_padded(tokens, words, self.eos_id) if self.config.reverse_encoder else tokens
+        x = self.dropout(self.embedding(inputs))  # (B, T, E)
+        out, _ = self.encoder(x)  # (B, T, H)
+        last = (words - 1).clamp(min=0)
+        h = out.gather(1, last.view(-1, 1, 1).expand(-1, 1, out.size(2))).squeeze(1)  # (B, H)
+        h = torch.where((words > 0).unsqueeze(1), h, torch.zeros_like(h))  # no words: the initial state
+        mean = self.to_mean(h)
+        log_var = self.to_log_var(h).clamp(min=self.config.min_log_var)  # (B, D), clamp as the authors' code
+        return mean, log_var
+
+    def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:
+        """q(z|x) = N(mu(x), diag sigma^2(x)) (Eq. 3), batch shape (B,), event shape (D,)."""
+        mean, log_var = self.encode(tokens, lengths)
+        return Independent(Normal(mean, torch.exp(0.5 * log_var)), 1)
+
+    def prior(self) -> Distribution:
+        """p(z) = N(0, I): the A-MIM anchor P(z) and the sVAE prior; event shape (D,)."""
+        zeros = self.to_mean.bias.new_zeros(self.latent_dim)
+        return Independent(Normal(zeros, torch.ones_like(zeros)), 1)
+
+    # -- decoder -------------------------------------------------------------------------------
+    def decoder_inputs(self, tokens: Tensor) -> Tensor:
+        """Embeddings of x^0..x^{T-1}: <sos> then every token but the last. (B, T, E)."""
+        emb = self.embedding(tokens[:, :-1])  # (B, T-1, E)
+        sos = self.sos.view(1, 1, -1).expand(tokens.size(0), 1, -1)
+        return self.dropout(torch.cat([sos, emb], dim=1))
+
+    def decode_logits(self, inputs: Tensor, z: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Logits (N, T, V) and the last state (1, N, H) of the decoder on input embeddings (N, T, E)
+        conditioned on z (N, D); the initial state is a linear map of z unless ``state`` is given."""
+        if state is None:
+            state = self.latent_to_hidden(z).unsqueeze(0)  # (1, N, H)
+        x = torch.cat([inputs, z.unsqueeze(1).expand(-1, inputs.size(1), -1)], dim=2)  # (N, T, E + D)
+        out, state = self.decoder(x, state)  # (N, T, H)
+        logits = self.output(out)  # (N, T, V)
+        if self.config.length_prior:
+            logits = logits.index_fill(2, torch.tensor([self.eos_id], device=logits.device), -float("inf"))
+        return logits, state
+
+    def log_likelihood(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> Tensor:
+        """ln p(x|z) for z (K, B, D) -> (K, B): Eq. 1 (with ``<eos>``), or Eq. 2 with ``length_prior``.
+
+        The K samples are folded into the batch: one decoder pass over K * B rows."""
+        k, b, d = z.shape
+        inputs = self.decoder_inputs(tokens)  # (B, T, E), computed once for the K samples
+        inputs = inputs.unsqueeze(0).expand(k, -1, -1, -1).reshape(k * b, inputs.size(1), inputs.size(2))
+        logits, _ = self.decode_logits(inputs, z.reshape(k * b, d))  # (K*B, T, V)
+        scored = lengths - 1 if self.config.length_prior else lengths  # Eq. 2 scores the words only
+        mask = torch.arange(tokens.size(1), device=tokens.device) < scored.unsqueeze(1)  # (B, T)
+        targets = torch.where(mask, tokens, torch.full_like(tokens, IGNORE_INDEX))  # padding is not scored
+        targets = targets.unsqueeze(0).expand(k, -1, -1).reshape(-1)  # (K*B*T,)
+        token_lp = -F.cross_entropy(logits.reshape(-1, logits.size(2)).float(), targets, reduction="none")
+        token_lp = token_lp.view(k * b, -1)  # (K*B, T), 0 where ignored
+        lp = token_lp.sum(1).view(k, b)
+        if self.config.length_prior:
+            lp = lp + self.log_length_prior[scored.clamp(max=self.config.max_length)]  # + ln p(T), Eq. 2
+        return lp
+
+    def fit_length_prior(self, word_counts: Tensor) -> None:
+        """Set p(T) to the empirical distribution of the training sentences' word counts (Eq. 2),
+        with add-one smoothing over 1..max_length so unseen lengths keep a finite likelihood."""
+        counts = torch.bincount(word_counts.clamp(max=self.config.max_length), minlength=self.config.max_length + 1)
+        counts = counts[: self.config.max_length + 1].double()
+        counts[1:] += 1.0
+        counts[0] = 0.0
+        self.log_length_prior.copy_(torch.log(counts / counts.sum()).float())
+
+    # -- generation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self,
+        z: Tensor,
+        max_length: int | None = None,
+        greedy: bool = True,
+        generator: torch.Generator | None = None,
+        banned: list[int] | None = None,
+    ) -> list[list[int]]:
+        """Sentences (token ids, no ``<eos>``) decoded from z (N, D): greedy (argmax) or sampled.
+
+        Without the length prior a sentence ends at ``<eos>`` or after ``max_length`` words; with it,
+        T is drawn from p(T) (its mode when greedy) and T words are produced. ``banned`` token ids are
+        never produced (the paper bans ``<unk>`` when generating answers, Sec. 4.6)."""
+        limit = max_length or self.config.max_length
+        n = z.size(0)
+        if self.config.length_prior:
+            probs = self.log_length_prior.exp()
+            if greedy:
+                targets = torch.full((n,), int(probs.argmax()), device=z.device)
+            else:
+                targets = torch.multinomial(probs.expand(n, -1), 1, generator=generator).squeeze(1)
+            targets = targets.clamp(max=limit)
+            limit = int(targets.max())
+        inputs = self.sos.view(1, 1, -1).expand(n, 1, -1)
+        state: Tensor | None = None
+        out = torch.empty(n, 0, dtype=torch.long, device=z.device)
+        ended = torch.zeros(n, dtype=torch.bool, device=z.device)
+        for _ in range(limit):
+            logits, state = self.decode_logits(inputs, z, state)
+            logits = logits[:, -1].float()  # (N, V)
+            if banned:
+                logits[:, banned] = -float("inf")
+            if greedy:
+                nxt = logits.argmax(dim=1)
+            else:
+                nxt = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator).squeeze(1)
+            out = torch.cat([out, nxt.unsqueeze(1)], dim=1)
+            ended |= nxt == self.eos_id
+            if not self.config.length_prior and bool(ended.all()):
+                break
+            inputs = self.embedding(nxt).unsqueeze(1)
+        sentences = []
+        for row in range(n):
+            ids = out[row].tolist()
+            if self.config.length_prior:
+                ids = ids[: int(targets[row])]
+            elif self.eos_id in ids:
+                ids = ids[: ids.index(self.eos_id)]
+            sentences.append(ids)
+        return sentences

@@ -1,0 +1,134 @@
+"""The SentenceMIM / sentence-VAE GRU: batched K-sample scoring, padding, reversal, Eq. 2, clamps."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from infolm.errors import InfolmError
+from infolm.models.sentence_gru import SentenceGRU, SentenceGRUConfig, reverse_padded
+
+EOS = 0
+
+
+def tiny(vocab: int = 12, **settings: object) -> SentenceGRU:
+    torch.manual_seed(0)
+    config = SentenceGRUConfig(**{"emb": 8, "hidden": 10, "latent": 3, "dropout_embedding": 0.0, **settings})  # type: ignore[arg-type]
+    return SentenceGRU(config, vocab, eos_id=EOS).eval()
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    sentences = [[5, 3, 7, EOS], [2, EOS], [4, 4, 9, 6, 1, EOS]]
+    width = max(map(len, sentences))
+    tokens = torch.tensor([s + [EOS] * (width - len(s)) for s in sentences])
+    return tokens, torch.tensor([len(s) for s in sentences])
+
+
+@torch.no_grad()
+def by_hand(model: SentenceGRU, sentence: list[int], z: torch.Tensor) -> float:
+    """ln p(x|z) of one unpadded sentence, token by token (Eq. 1)."""
+    state, total = None, 0.0
+    inputs = model.sos.view(1, 1, -1)
+    for token in sentence:
+        logits, state = model.decode_logits(inputs, z.view(1, -1), state)
+        total += float(F.log_softmax(logits[0, -1], dim=-1)[token])
+        inputs = model.embedding(torch.tensor([[token]]))
+    return total
+
+
+def test_k_samples_in_one_pass_equal_k_separate_passes() -> None:
+    model = tiny()
+    tokens, lengths = batch()
+    z = torch.randn(5, 3, 3)  # (K, B, D)
+    with torch.no_grad():
+        folded = model.log_likelihood(tokens, lengths, z)  # (K, B)
+        separate = torch.stack([model.log_likelihood(tokens, lengths, z[k : k + 1])[0] for k in range(5)])
+    torch.testing.assert_close(folded, separate, rtol=1e-5, atol=1e-5)
+    for b, length in enumerate(lengths.tolist()):
+        assert math.isclose(float(folded[2, b]), by_hand(model, tokens[b, :length].tolist(), z[2, b]), rel_tol=1e-5)
+
+
+def test_padding_changes_neither_posterior_nor_likelihood() -> None:
+    model = tiny()
+    tokens, lengths = batch()
+    z = torch.randn(1, 3, 3)
+    with torch.no_grad():
+        q = model.posterior(tokens, lengths)
+        lp = model.log_likelihood(tokens, lengths, z)
+        for b, length in enumerate(lengths.tolist()):
+            alone = tokens[b : b + 1, :length]
+            q1 = model.posterior(alone, lengths[b : b + 1])
+            torch.testing.assert_close(q1.mean[0], q.mean[b])
+            torch.testing.assert_close(q1.stddev[0], q.stddev[b])
+            torch.testing.assert_close(model.log_likelihood(alone, lengths[b : b + 1], z[:, b : b + 1])[0, 0], lp[0, b])
+
+
+def test_encoder_reads_the_words_reversed() -> None:
+    assert reverse_padded(torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]]), torch.tensor([3, 2]), 0).tolist() == [
+        [3, 2, 1, 0],
+        [5, 4, 0, 0],
+    ]
+    forward, backward = tiny(reverse_encoder=False), tiny()
+    words = torch.tensor([[5, 3, 7, EOS]])
+    flipped = torch.tensor([[7, 3, 5, EOS]])
+    length = torch.tensor([4])
+    with torch.no_grad():
+        torch.testing.assert_close(backward.posterior(words, length).mean, forward.posterior(flipped, length).mean)
+
+
+def test_log_variance_is_clamped_from_below() -> None:
+    model = tiny()
+    with torch.no_grad():
+        model.to_log_var.bias.fill_(-50.0)
+        model.to_log_var.weight.zero_()
+    tokens, lengths = batch()
+    std = model.posterior(tokens, lengths).stddev
+    torch.testing.assert_close(std, torch.full_like(std, math.exp(-5.0)))
+
+
+def test_length_prior_decoder_sums_to_one_over_all_sentences_of_each_length() -> None:
+    model = tiny(vocab=3, length_prior=True, max_length=4)  # words 1 and 2, <eos> = 0
+    model.fit_length_prior(torch.tensor([1, 2, 2, 3]))
+    prior = model.log_length_prior.exp()
+    assert math.isclose(float(prior.sum()), 1.0, rel_tol=1e-6)
+    # add-one smoothing over 1..4: counts 2, 3, 2, 1 of 8
+    torch.testing.assert_close(prior, torch.tensor([0.0, 2 / 8, 3 / 8, 2 / 8, 1 / 8]))
+    z = torch.randn(1, 1, 3)
+    total = 0.0
+    for length in (1, 2, 3):
+        for words in itertools.product([1, 2], repeat=length):
+            tokens = torch.tensor([list(words) + [EOS]])
+            with torch.no_grad():
+                total += float(model.log_likelihood(tokens, torch.tensor([length + 1]), z).exp())
+    assert math.isclose(total, float(prior[1:4].sum()), rel_tol=1e-5)  # Eq. 2: sum over T <= 3 of p(T)
+
+
+def test_generation_stops_at_eos_or_at_the_prior_length() -> None:
+    model = tiny()
+    with torch.no_grad():
+        model.output.bias.zero_()
+        model.output.bias[EOS] = 100.0  # <eos> first: empty sentences
+    assert model.generate(torch.randn(2, 3)) == [[], []]
+    model = tiny(length_prior=True, max_length=5)
+    model.fit_length_prior(torch.tensor([4, 4, 4, 2]))
+    sentences = model.generate(torch.randn(3, 3), banned=[1])
+    assert [len(s) for s in sentences] == [4, 4, 4]
+    assert all(EOS not in s and 1 not in s for s in sentences)
+
+
+def test_parameter_count_matches_the_paper() -> None:
+    # Table 2: 11M (latent 16), 11M (128), 12M (512) on PTB (10,000 words with <eos>)
+    for latent, millions in ((16, 11), (128, 11), (512, 12)):
+        model = SentenceGRU(SentenceGRUConfig(latent=latent), 10_000)
+        assert round(sum(p.numel() for p in model.parameters()) / 1e6) == millions
+
+
+def test_bad_sizes_are_one_clear_error() -> None:
+    with pytest.raises(InfolmError, match="model.latent must be positive"):
+        SentenceGRUConfig(latent=0)
+    with pytest.raises(InfolmError, match="dropout_embedding"):
+        SentenceGRUConfig(dropout_embedding=1.0)
