@@ -31,6 +31,7 @@ class RemoteFile:
     url: str  # where to download from
     sha256: str | None  # of the bytes at ``url``; None where no published digest could be checked
     member: str | None = None  # file inside a zip archive
+    file_sha256: str | None = None  # of the file itself (zip member): checked on download and in mirror/cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +44,7 @@ class DatasetSpec:
     derive: Callable[[str, str], str] | None = None  # (split, raw text) -> text (ptb-char)
     split_fractions: tuple[float, float, float] | None = None  # one file cut into train/valid/test
     split_by_chars: bool = False  # cut by characters (enwik8, text8) instead of by lines
-    kind: str = "text"  # text (a language-modelling corpus) | qa (question-answer ranking, JSON lines)
+    kind: str = "text"  # text (language-modelling corpus) | qa (answer ranking, JSON lines) | labelled (sentence, label)
 
 
 def _ptb_to_char(split: str, text: str) -> str:
@@ -62,6 +63,12 @@ _PTB_FILES = {s: f"ptb.{s}.txt" for s in SPLITS}
 _PTB_REMOTE = {s: RemoteFile(_PTB_URL.format(s), _PTB_SHA[s]) for s in SPLITS}
 _WT2 = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-v1.zip"
 _WT103 = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip"
+_COLA = "https://nyu-mll.github.io/CoLA/cola_public_1.1.zip"
+_COLA_FILES = {"train": "in_domain_train.tsv", "test": "in_domain_dev.tsv"}  # test labels are not public
+_COLA_SHA = {
+    "train": "f320a10f92d3bce6b29152fde322a362eac39238e50d8de0c8815457fdf4fc12",
+    "test": "77176f6a03faa5a1c4f23c69971fc1bff565931112fb65af47b2d6e24b7f42f7",
+}
 
 DATASETS: dict[str, DatasetSpec] = {
     spec.name: spec
@@ -123,6 +130,17 @@ DATASETS: dict[str, DatasetSpec] = {
             "YahooCQA answer ranking (Tay et al. 2017), not shipped: <mirror>/yahoocqa/{split}.jsonl",
             kind="qa",
         ),
+        DatasetSpec(
+            "cola",
+            "word",
+            _COLA_FILES,
+            {
+                s: RemoteFile(_COLA, None, f"cola_public/raw/{f}", file_sha256=_COLA_SHA[s])
+                for s, f in _COLA_FILES.items()
+            },
+            "CoLA 1.1 acceptability judgements (labelled; public in-domain dev as test, valid held out of train)",
+            kind="labelled",
+        ),
     ]
 }
 
@@ -154,8 +172,16 @@ def locate(spec: DatasetSpec, split: str) -> Path:
     for root in roots:
         for candidate in _candidates(root, base, filename):
             if candidate.is_file():
+                _check_file_digest(spec, split, candidate)
                 return candidate
     return _download(spec, split, cache_dir() / base / filename)
+
+
+def _check_file_digest(spec: DatasetSpec, split: str, path: Path) -> None:
+    remote = spec.remote.get(split)
+    expected = remote.file_sha256 if remote is not None else None
+    if expected is not None and sha256_of(path) != expected:
+        raise InfolmError(f"dataset {spec.name}: {path} does not match the published file (sha256 mismatch)")
 
 
 def _download(spec: DatasetSpec, split: str, target: Path) -> Path:
@@ -176,6 +202,8 @@ def _download(spec: DatasetSpec, split: str, target: Path) -> Path:
     if remote.member is not None:
         with zipfile.ZipFile(io.BytesIO(payload)) as archive:
             payload = archive.read(remote.member)
+    if remote.file_sha256 is not None and hashlib.sha256(payload).hexdigest() != remote.file_sha256:
+        raise InfolmError(f"dataset {spec.name}: sha256 mismatch for {remote.member or remote.url}")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
         tmp.write(payload)
