@@ -44,7 +44,7 @@ class DatasetSpec:
     derive: Callable[[str, str], str] | None = None  # (split, raw text) -> text (ptb-char)
     split_fractions: tuple[float, float, float] | None = None  # one file cut into train/valid/test
     split_by_chars: bool = False  # cut by characters (enwik8, text8) instead of by lines
-    kind: str = "text"  # text (language-modelling corpus) | qa (answer ranking, JSON lines) | labelled (sentence, label)
+    kind: str = "text"  # text (LM corpus) | qa (answer ranking, JSON lines) | labelled (sentences, labels)
 
 
 def _ptb_to_char(split: str, text: str) -> str:
