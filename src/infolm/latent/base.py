@@ -1,0 +1,75 @@
+"""The latent-variable model contract: p(x, z) = p(x|z) p(z) with an amortized proposal q(z|x).
+
+Estimators (``latent/estimators.py``), gradient surrogates (``latent/gradients.py``), training
+objectives and evaluation rely only on these three methods. K draws per example are folded into
+the batch dimension, so one decoder pass scores all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor, nn
+from torch.distributions import Distribution, kl_divergence
+
+
+class LatentVariableModel(nn.Module):
+    """Base class of latent-variable models over token sequences.
+
+    ``tokens``: (B, T) ids, right-padded; ``lengths``: (B,) tokens per example (padding is ignored).
+    ``z``: (K, B, *event): event ``(D,)`` for Gaussian latents, one-hot ``(n, C)`` for categorical ones.
+    """
+
+    reparameterized: bool = True  # whether q(z|x) has rsample (pathwise estimators need it)
+
+    def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:  # pragma: no cover - abstract
+        """q(z|x): batch shape (B,)."""
+        raise NotImplementedError
+
+    def prior(self) -> Distribution:  # pragma: no cover - abstract
+        """p(z): batch shape () (broadcast over samples and examples)."""
+        raise NotImplementedError
+
+    def log_likelihood(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """ln p(x|z) for every draw: z (K, B, *event) -> (K, B), in one batched pass."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass
+class LatentDraws:
+    """K draws from q(z|x) for a batch, with the per-draw quantities every estimator reads."""
+
+    z: Tensor  # (K, B, *event)
+    log_likelihood: Tensor  # h = ln p(x|z), (K, B)
+    log_prior: Tensor  # ln p(z), (K, B)
+    log_posterior: Tensor  # ln q(z|x), (K, B)
+    kl: Tensor | None  # analytic KL(q(z|x) || p(z)), (B,), where torch.distributions has it
+
+    @property
+    def log_ratio(self) -> Tensor:
+        """r = ln p(z) - ln q(z|x), (K, B)."""
+        return self.log_prior - self.log_posterior
+
+
+def analytic_kl(posterior: Distribution, prior: Distribution) -> Tensor | None:
+    """KL(q(z|x) || p(z)) per example when torch.distributions knows it in closed form, else None."""
+    try:
+        return kl_divergence(posterior, prior)
+    except NotImplementedError:
+        return None
+
+
+def fold_samples(x: Tensor, samples: int) -> Tensor:
+    """Repeat a batch tensor for K draws, folded into the batch: (B, ...) -> (K·B, ...), draw-major."""
+    return x.unsqueeze(0).expand(samples, *x.shape).reshape(samples * x.size(0), *x.shape[1:])
+
+
+@torch.no_grad()
+def draw(model: LatentVariableModel, tokens: Tensor, lengths: Tensor, samples: int, chunk: int = 0) -> LatentDraws:
+    """K draws without gradients (evaluation); the decoder sees ``chunk`` draws at a time (0: all)."""
+    q, p = model.posterior(tokens, lengths), model.prior()
+    z = q.sample((samples,))  # (K, B, *event)
+    step = chunk if chunk > 0 else samples
+    h = torch.cat([model.log_likelihood(tokens, lengths, z[i : i + step]) for i in range(0, samples, step)])
+    return LatentDraws(z, h, p.log_prob(z), q.log_prob(z), analytic_kl(q, p))
