@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from torch.distributions import Distribution
 
+from infolm.data.batching import pad_sentences
 from infolm.data.vocab import UNK, Vocab
 from infolm.errors import InfolmError
 
@@ -68,12 +69,9 @@ def mean_reciprocal_rank(ranks: Sequence[int]) -> float:
 
 def _batch(vocab: Vocab, sentences: list[list[str]], device: torch.device | str) -> tuple[Tensor, Tensor]:
     """Sentences -> padded ids with ``<eos>`` appended (B, T) and lengths (B,)."""
-    ids = [vocab.encode(s, unk_ok=True) + [vocab.eos_id] for s in sentences]
-    width = max(len(x) for x in ids)
-    tokens = torch.full((len(ids), width), vocab.eos_id, dtype=torch.long)
-    for row, x in enumerate(ids):
-        tokens[row, : len(x)] = torch.tensor(x)
-    return tokens.to(device), torch.tensor([len(x) for x in ids], device=device)
+    ids = [torch.tensor(vocab.encode(s, unk_ok=True) + [vocab.eos_id]) for s in sentences]
+    tokens, lengths = pad_sentences(ids, vocab.eos_id)
+    return tokens.to(device), lengths.to(device)
 
 
 @torch.no_grad()

@@ -1,0 +1,150 @@
+"""Reconstruction, perturbation, interpolation and sampling with a sentence latent-variable model
+(SentenceMIM Sec. 4.7, App. D), and the BLEU-1 of reconstructions (Tables 2-5, 7).
+
+Latent codes of a sentence x (App. D.1): ``mean`` z = E[q(z|x)] (M); ``sample`` z ~ q(z|x) (R, the
+paper's "reconstruction"); ``perturb`` z ~ N(mu(x), (10 sigma(x))^2) (P). A deterministic
+auto-encoder has only ``mean``. Sentences are decoded greedily (top-1 token) unless asked otherwise.
+Interpolation decodes z_alpha at equispaced points of the segment between two codes (Sec. 4.7).
+Sampling from the model draws z ~ N(0, 0.1^2 I) by default, as App. D.3 (the A-MIM prior is an
+implicit aggregated posterior with no sampler); ``std=1`` samples the anchor N(0, I).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+from torch import Tensor
+from torch.distributions import Distribution
+
+from infolm.data.batching import pad_sentences
+from infolm.errors import InfolmError
+from infolm.evaluation.bleu import BleuScore, bleu1
+
+MODES = ("mean", "sample", "perturb")
+PERTURB_SCALE = 10.0  # App. D.1: a Gaussian with 10 times the posterior standard deviation
+SAMPLE_STD = 0.1  # App. D.3: samples from N(0, 0.1^2 I)
+
+
+class SentenceLatentModel(Protocol):
+    latent_dim: int
+    eos_id: int
+
+    def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution: ...
+
+    def generate(
+        self,
+        z: Tensor,
+        max_length: int | None = None,
+        greedy: bool = True,
+        generator: torch.Generator | None = None,
+        banned: list[int] | None = None,
+    ) -> list[list[int]]: ...
+
+
+def latent_codes(
+    q: Distribution, mode: str = "sample", scale: float = PERTURB_SCALE, generator: torch.Generator | None = None
+) -> Tensor:
+    """One code per sentence (B, D) from the posterior ``q`` (batch (B,), event (D,))."""
+    if mode not in MODES:
+        raise InfolmError(f"latent code mode must be one of {', '.join(MODES)}; got {mode!r}")
+    mean = q.mean
+    if mode == "mean":
+        return mean
+    noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+    return mean + (scale if mode == "perturb" else 1.0) * q.stddev * noise
+
+
+def _with_eos(sentences: Sequence[Sequence[int]], eos_id: int) -> list[Tensor]:
+    return [torch.tensor([*s, eos_id] if not s or s[-1] != eos_id else list(s), dtype=torch.long) for s in sentences]
+
+
+@torch.no_grad()
+def encode(
+    model: SentenceLatentModel,
+    sentences: Sequence[Sequence[int]],
+    mode: str = "sample",
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Codes (S, D) of sentences given as token ids (``<eos>`` appended where missing)."""
+    tokens, lengths = pad_sentences(_with_eos(sentences, model.eos_id), model.eos_id)
+    return latent_codes(model.posterior(tokens, lengths), mode, generator=generator)
+
+
+@torch.no_grad()
+def reconstruct(
+    model: SentenceLatentModel,
+    sentences: Sequence[Sequence[int]],
+    mode: str = "sample",
+    batch_size: int = 64,
+    max_length: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[list[int]]:
+    """Greedy reconstructions (ids without ``<eos>``) of ``sentences`` from codes of the given mode."""
+    out: list[list[int]] = []
+    for start in range(0, len(sentences), batch_size):
+        chunk = sentences[start : start + batch_size]
+        z = encode(model, chunk, mode, generator)
+        out.extend(model.generate(z, max_length=max_length, greedy=True))
+    return out
+
+
+def reconstruction_bleu(
+    model: SentenceLatentModel,
+    sentences: Sequence[Sequence[int]],
+    itos: Sequence[str],
+    mode: str = "sample",
+    bleu_mode: str = "corpus",
+    batch_size: int = 64,
+    generator: torch.Generator | None = None,
+) -> BleuScore:
+    """BLEU-1 between ``sentences`` and their greedy reconstructions (the paper's BLEU column)."""
+    if not sentences:
+        raise InfolmError("reconstruction BLEU of an empty set of sentences")
+    limit = max(len(s) for s in sentences) * 2 + 10  # a reconstruction that never ends is cut here
+    hypotheses = reconstruct(model, sentences, mode, batch_size, limit, generator)
+    words = [[itos[i] for i in h] for h in hypotheses]
+    references = [[itos[i] for i in s] for s in sentences]
+    return bleu1(words, references, bleu_mode)
+
+
+def interpolation_codes(z_start: Tensor, z_end: Tensor, steps: int) -> Tensor:
+    """``steps`` equispaced points from z_start to z_end, both included. (steps, D)."""
+    if steps < 2:
+        raise InfolmError(f"interpolation needs at least 2 steps (the two ends), got {steps}")
+    alpha = torch.linspace(0.0, 1.0, steps, dtype=z_start.dtype, device=z_start.device).unsqueeze(1)  # (S, 1)
+    return (1 - alpha) * z_start.unsqueeze(0) + alpha * z_end.unsqueeze(0)
+
+
+@torch.no_grad()
+def interpolate(
+    model: SentenceLatentModel,
+    start: Sequence[int],
+    end: Sequence[int],
+    steps: int = 10,
+    mode: str = "sample",
+    max_length: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[list[int]]:
+    """Greedy decodings of the codes between sentence ``start`` and sentence ``end`` (Sec. 4.7)."""
+    z = encode(model, [start, end], mode, generator)
+    return model.generate(interpolation_codes(z[0], z[1], steps), max_length=max_length, greedy=True)
+
+
+@torch.no_grad()
+def sample_sentences(
+    model: SentenceLatentModel,
+    count: int,
+    std: float = SAMPLE_STD,
+    greedy: bool = True,
+    max_length: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[list[int]]:
+    """Sentences decoded from z ~ N(0, std^2 I) (App. D.3: std 0.1)."""
+    if count < 1:
+        raise InfolmError(f"the number of samples must be positive, got {count}")
+    if std <= 0:
+        raise InfolmError(f"the sampling standard deviation must be positive, got {std}")
+    z = std * torch.randn(count, model.latent_dim, generator=generator)
+    return model.generate(z, max_length=max_length, greedy=greedy, generator=generator)

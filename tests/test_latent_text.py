@@ -1,0 +1,106 @@
+"""Reconstruction, perturbation, interpolation, sampling and MELBO for a sentence latent model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from infolm.errors import InfolmError
+from infolm.evaluation.melbo import evaluate_melbo, melbo_nll
+from infolm.evaluation.reconstruction import (
+    encode,
+    interpolate,
+    interpolation_codes,
+    latent_codes,
+    reconstruct,
+    reconstruction_bleu,
+    sample_sentences,
+)
+from infolm.models.sentence_gru import SentenceGRU, SentenceGRUConfig
+
+EOS = 0
+SENTENCES = [[5, 3, 7], [2], [4, 4, 9, 6, 1]]
+
+
+def tiny() -> SentenceGRU:
+    torch.manual_seed(0)
+    config = SentenceGRUConfig(emb=8, hidden=10, latent=3, dropout_embedding=0.0, max_length=12)
+    return SentenceGRU(config, 12, eos_id=EOS).eval()
+
+
+def test_codes_of_each_mode() -> None:
+    model = tiny()
+    tokens = torch.tensor([[5, 3, 7, EOS], [2, EOS, EOS, EOS]])
+    q = model.posterior(tokens, torch.tensor([4, 2]))
+    torch.testing.assert_close(latent_codes(q, "mean"), q.mean)
+    noise = torch.randn(q.mean.shape, generator=torch.Generator().manual_seed(1))
+    sampled = latent_codes(q, "sample", generator=torch.Generator().manual_seed(1))
+    perturbed = latent_codes(q, "perturb", generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(sampled, q.mean + q.stddev * noise)
+    torch.testing.assert_close(perturbed, q.mean + 10 * q.stddev * noise)  # App. D.1: 10 sigma
+    with pytest.raises(InfolmError, match="mean, sample, perturb"):
+        latent_codes(q, "median")
+
+
+def test_reconstruction_decodes_the_code_greedily() -> None:
+    model = tiny()
+    z = encode(model, SENTENCES, "mean")
+    assert reconstruct(model, SENTENCES, "mean", batch_size=2) == model.generate(z)
+    # <eos> is appended when missing: the same codes either way
+    torch.testing.assert_close(encode(model, [s + [EOS] for s in SENTENCES], "mean"), z)
+
+
+def test_interpolation_runs_from_one_code_to_the_other() -> None:
+    a, b = torch.tensor([0.0, 2.0]), torch.tensor([4.0, -2.0])
+    torch.testing.assert_close(interpolation_codes(a, b, 5)[:, 0], torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]))
+    model = tiny()
+    path = interpolate(model, SENTENCES[0], SENTENCES[2], steps=4, mode="mean")
+    ends = reconstruct(model, [SENTENCES[0], SENTENCES[2]], "mean")
+    assert len(path) == 4 and path[0] == ends[0] and path[-1] == ends[1]
+    with pytest.raises(InfolmError, match="at least 2 steps"):
+        interpolation_codes(a, b, 1)
+
+
+def test_sampling_follows_the_seed_and_refuses_bad_counts() -> None:
+    model = tiny()
+    first = sample_sentences(model, 3, generator=torch.Generator().manual_seed(5))
+    assert first == sample_sentences(model, 3, generator=torch.Generator().manual_seed(5))
+    with pytest.raises(InfolmError, match="must be positive"):
+        sample_sentences(model, 0)
+
+
+def test_a_memorizing_model_reconstructs_with_bleu_one() -> None:
+    torch.manual_seed(0)
+    model = SentenceGRU(SentenceGRUConfig(emb=16, hidden=32, latent=4, dropout_embedding=0.0), 12, eos_id=EOS)
+    tokens = torch.tensor([[5, 3, 7, EOS, EOS, EOS], [2, EOS, EOS, EOS, EOS, EOS], [4, 4, 9, 6, 1, EOS]])
+    lengths = torch.tensor([4, 2, 6])
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
+    for _ in range(30):  # an auto-encoder on three sentences: z = posterior mean
+        loss = -model.log_likelihood(tokens, lengths, model.posterior(tokens, lengths).mean.unsqueeze(0)).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    itos = [f"w{i}" for i in range(12)]
+    score = reconstruction_bleu(model, SENTENCES, itos, mode="mean")
+    assert math.isclose(score.bleu, 1.0)
+
+
+def test_melbo_is_eq16_and_bounds_the_nll_under_the_aggregated_posterior() -> None:
+    assert math.isclose(melbo_nll(torch.tensor([-3.0, -5.0])), 4.0 + math.log(2))
+    model = tiny()
+    tokens = torch.tensor([[5, 3, 7, EOS, EOS, EOS], [2, EOS, EOS, EOS, EOS, EOS], [4, 4, 9, 6, 1, EOS]])
+    lengths = torch.tensor([4, 2, 6])
+    torch.manual_seed(0)
+    result = evaluate_melbo(model, [(tokens, lengths)], samples=2000)
+    assert result.sentences == 3 and result.tokens == 12 and math.isclose(result.log_n, math.log(3))
+    assert math.isclose(result.ppl, math.exp(3 * result.nll / 12))
+    # -ln p_T(x_i) with p_T(z) = 1/3 sum_j q(z|x_j): Monte Carlo from each q(z|x_j), then the mixture
+    with torch.no_grad():
+        z = model.posterior(tokens, lengths).sample((4000,))  # (M, 3 sources, D)
+        h = torch.stack([model.log_likelihood(tokens, lengths, z[:, j : j + 1].expand(-1, 3, -1)) for j in range(3)])
+        log_p = torch.logsumexp(h, dim=1) - math.log(4000)  # (sources j, sentences i): ln E_q(z|x_j) p(x_i|z)
+        nll = -(torch.logsumexp(log_p, dim=0) - math.log(3)).mean()
+    assert result.nll >= float(nll) + 0.05  # Eq. 15: MELBO drops the mixture's other components
