@@ -20,7 +20,7 @@ from allocator_flag import add_allocator_flag, apply_allocator_flag
 
 from infolm.config import DataConfig
 from infolm.data import load_corpus
-from infolm.models.sentence_gru import SentenceGRU, SentenceGRUConfig
+from infolm.latent.sentence_gru import SentenceGRU, SentenceGRUConfig
 
 
 def sentence_batch(corpus, count: int) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[no-untyped-def]

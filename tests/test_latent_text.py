@@ -18,7 +18,7 @@ from infolm.evaluation.reconstruction import (
     reconstruction_bleu,
     sample_sentences,
 )
-from infolm.models.sentence_gru import SentenceGRU, SentenceGRUConfig
+from infolm.latent.sentence_gru import SentenceGRU, SentenceGRUConfig
 
 EOS = 0
 SENTENCES = [[5, 3, 7], [2], [4, 4, 9, 6, 1]]

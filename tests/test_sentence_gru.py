@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from infolm.errors import InfolmError
-from infolm.models.sentence_gru import SentenceGRU, SentenceGRUConfig, reverse_padded
+from infolm.latent.sentence_gru import SentenceGRU, SentenceGRUConfig, reverse_padded
 
 EOS = 0
 
@@ -132,3 +132,23 @@ def test_bad_sizes_are_one_clear_error() -> None:
         SentenceGRUConfig(latent=0)
     with pytest.raises(InfolmError, match="dropout_embedding"):
         SentenceGRUConfig(dropout_embedding=1.0)
+
+
+def test_registered_and_every_estimator_reaches_every_parameter() -> None:
+    from infolm.latent import LatentVariableModel, latent_bounds, objective_surrogate
+    from infolm.latent.estimators import kl_objective
+    from infolm.models import MODELS
+
+    torch.manual_seed(0)
+    model = MODELS.build("sentence-gru", {"emb": 8, "hidden": 10, "latent": 3}, vocab_size=12, where="model")
+    assert isinstance(model, LatentVariableModel)
+    tokens, lengths = batch()
+    for estimator in ("iwae", "stl", "dreg", "elbo"):
+        model.zero_grad()
+        base = "elbo" if estimator == "elbo" else "iwae"
+        out = objective_surrogate(model, tokens, lengths, kl_objective(0.5, 3, 3, base), estimator)
+        out.surrogate.mean().backward()
+        for name, parameter in model.named_parameters():
+            assert parameter.grad is not None and bool(parameter.grad.abs().sum() > 0), (estimator, name)
+    bounds = latent_bounds(model, tokens, lengths, samples=6, chunk=4)
+    torch.testing.assert_close(bounds.elbo, -bounds.distortion - bounds.rate)

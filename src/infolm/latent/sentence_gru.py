@@ -29,6 +29,8 @@ from torch.distributions import Distribution, Independent, Normal
 
 from infolm.data.batching import IGNORE_INDEX
 from infolm.errors import InfolmError
+from infolm.latent.base import LatentVariableModel
+from infolm.models.base import register_model
 
 
 @dataclasses.dataclass
@@ -58,12 +60,14 @@ def reverse_padded(tokens: Tensor, lengths: Tensor, pad: int) -> Tensor:
     return torch.where(positions < lengths.unsqueeze(1), reversed_tokens, torch.full_like(tokens, pad))
 
 
-class SentenceGRU(nn.Module):
+@register_model("sentence-gru", config=SentenceGRUConfig)  # type: ignore[arg-type]
+class SentenceGRU(LatentVariableModel):
     """Bowman et al.'s sentence auto-encoder: GRU encoder -> Gaussian z -> GRU decoder fed z at every step."""
 
     log_length_prior: Tensor  # (max_length + 1,) ln p(T), a buffer (Eq. 2)
 
     def __init__(self, config: SentenceGRUConfig, vocab_size: int, eos_id: int = 0) -> None:
+        """``eos_id``: the id of ``<eos>`` (0 in every infolm vocabulary: specials come first)."""
         super().__init__()
         self.config = config
         self.vocab_size = vocab_size
