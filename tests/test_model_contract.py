@@ -9,7 +9,10 @@ from tests.conftest import tiny_model
 V = 50
 
 
-@pytest.fixture(params=MODELS.names())
+LANGUAGE_MODELS = [n for n in MODELS.names() if getattr(MODELS.get(n).factory, "protocol", "causal-lm") == "causal-lm"]
+
+
+@pytest.fixture(params=LANGUAGE_MODELS)
 def name(request):
     return request.param
 

@@ -22,6 +22,13 @@ class LatentVariableModel(nn.Module):
     """
 
     reparameterized: bool = True  # whether q(z|x) has rsample (pathwise estimators need it)
+    protocol: str = "latent-variable"  # the model protocol tasks declare they serve
+    vocab_size: int
+
+    @classmethod
+    def max_input_length(cls, config: object) -> int | None:
+        """The longest input row a model built from ``config`` reads (None: no limit)."""
+        return None
 
     def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:  # pragma: no cover - abstract
         """q(z|x): batch shape (B,)."""

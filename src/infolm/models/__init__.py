@@ -4,3 +4,5 @@ from infolm.models import lstm, melis, mos, transformer  # noqa: F401  (registra
 from infolm.models.base import MODELS, LanguageModel, LMOutput, detach_state, register_model
 
 __all__ = ["MODELS", "LMOutput", "LanguageModel", "detach_state", "register_model"]
+
+import infolm.latent  # noqa: E402, F401  (registers the latent-variable models: latent-synthetic, latent-sentence-lstm)

@@ -1,0 +1,109 @@
+"""The PTB sentence model of Melis's thesis, Sec. 5.7.2.
+
+Encoder: embedding -> one-layer bidirectional LSTM; o is the mean of the two directions' final
+states, and q(z|x) is computed from o as in the synthetic model (40 Gaussian latents or 8 x 10
+categorical). Decoder: a unidirectional LSTM whose input at every step is the previous token's
+embedding concatenated with z (categorical latents embedded first); the first input is a learned
+start vector. Embedding and hidden sizes 128 (Table 5.1 also uses 256).
+
+Dropout (Sec. 5.7.2, Figs. 5.10-5.12): on the decoder's input embeddings and on its outputs, one
+mask per sentence over time (locked, Gal & Ghahramani 2016). With ``shared_dropout_mask`` all K
+latent draws of a sentence use the same masks (Fig. 5.12); otherwise every draw has its own
+("naive dropout", Fig. 5.10). The thesis's third rate, dropout on the recurrent state, is not
+implemented here (it needs a step-by-step LSTM); see ``dropout_state`` below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.distributions import Distribution
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from infolm.errors import InfolmError
+from infolm.latent.base import LatentVariableModel, fold_samples
+from infolm.latent.synthetic import LatentFamilyConfig, build_latent
+from infolm.models.base import register_model
+
+
+@dataclasses.dataclass
+class SentenceLSTMConfig(LatentFamilyConfig):
+    embedding: int = 128  # token embedding size (Sec. 5.7.2)
+    hidden: int = 128  # encoder (per direction) and decoder LSTM size (Table 5.1: 128 and 256)
+    latent_embedding: int = 128  # size categorical latents are embedded to before the decoder (ours)
+    dropout_input: float = 0.0  # decoder input-embedding dropout (Table 5.2: 0..0.9)
+    dropout_output: float = 0.0  # decoder output dropout before the softmax (Table 5.2: 0..0.95)
+    dropout_state: float = 0.0  # recurrent-state dropout (Table 5.2: 0..0.8): not implemented, must be 0
+    shared_dropout_mask: bool = True  # one dropout mask for all latent draws of a sentence (Fig. 5.12)
+
+    def __post_init__(self) -> None:
+        self.check_latents()
+        for key in ("embedding", "hidden", "latent_embedding"):
+            if getattr(self, key) < 1:
+                raise InfolmError(f"model.{key} must be at least 1, got {getattr(self, key)}")
+        for key in ("dropout_input", "dropout_output"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise InfolmError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
+        if self.dropout_state != 0.0:
+            raise InfolmError("model.dropout_state is not implemented (the LSTM runs fused); use 0")
+
+
+@register_model("latent-sentence-lstm", config=SentenceLSTMConfig)  # type: ignore[arg-type]
+class SentenceLSTMModel(LatentVariableModel):
+    """Thesis Sec. 5.7.2: BiLSTM encoder, LSTM decoder fed z at every step."""
+
+    def __init__(self, config: SentenceLSTMConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.config = config
+        self.vocab_size = vocab_size
+        self.encoder_embedding = nn.Embedding(vocab_size, config.embedding)
+        self.encoder = nn.LSTM(config.embedding, config.hidden, batch_first=True, bidirectional=True)
+        self.latent = build_latent(config, config.hidden)
+        self.reparameterized = self.latent.reparameterized
+        if config.latent == "categorical":
+            self.latent_embedding: nn.Module = nn.Linear(self.latent.flat_size, config.latent_embedding, bias=False)
+            latent_input = config.latent_embedding
+        else:
+            self.latent_embedding = nn.Identity()
+            latent_input = self.latent.flat_size
+        self.decoder_embedding = nn.Embedding(vocab_size, config.embedding)
+        self.start = nn.Parameter(torch.zeros(config.embedding))  # the first decoder input
+        self.decoder = nn.LSTM(config.embedding + latent_input, config.hidden, batch_first=True)
+        self.softmax = nn.Linear(config.hidden, vocab_size)
+
+    def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:
+        packed = pack_padded_sequence(
+            self.encoder_embedding(tokens), lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        _, (final, _) = self.encoder(packed)  # final: (2, B, H), forward and backward directions
+        return self.latent.posterior(final.mean(0))  # o: the mean of the two final states
+
+    def prior(self) -> Distribution:
+        return self.latent.prior()
+
+    def log_likelihood(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> Tensor:
+        K, (B, T) = z.size(0), tokens.shape
+        previous = self.decoder_embedding(tokens[:, :-1])  # (B, T-1, E)
+        inputs = torch.cat([self.start.expand(B, 1, -1), previous], 1)  # (B, T, E)
+        inputs = self._dropout(inputs.unsqueeze(0).expand(K, B, T, -1), self.config.dropout_input)  # (K·B, T, E)
+        latent = self.latent_embedding(self.latent.flatten(z).reshape(K * B, -1))  # (K·B, Dz)
+        inputs = torch.cat([inputs, latent.unsqueeze(1).expand(-1, T, -1)], 2)  # z fed at every step
+        outputs, _ = self.decoder(inputs)  # (K·B, T, H): right padding never reaches real positions
+        outputs = self._dropout(outputs.view(K, B, T, -1), self.config.dropout_output)
+        logits = self.softmax(outputs)  # (K·B, T, V)
+        targets = fold_samples(tokens, K)  # (K·B, T)
+        nll = F.cross_entropy(logits.view(K * B * T, -1), targets.reshape(-1), reduction="none").view(K, B, T)
+        real = torch.arange(T, device=tokens.device) < lengths.to(tokens.device).unsqueeze(1)  # (B, T)
+        return -(nll * real).sum(-1)  # (K, B)
+
+    def _dropout(self, x: Tensor, p: float) -> Tensor:
+        """Locked dropout, one mask per sentence over time: (K, B, T, H) -> (K·B, T, H). The mask is
+        shared by the K draws of a sentence when configured."""
+        K, B, T, H = x.shape
+        if self.training and p > 0.0:
+            shape = (1 if self.config.shared_dropout_mask else K, B, 1, H)
+            x = x * (x.new_empty(shape).bernoulli_(1 - p) / (1 - p))
+        return x.reshape(K * B, T, H)

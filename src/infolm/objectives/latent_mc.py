@@ -1,0 +1,208 @@
+"""Mutual-information constrained Monte Carlo objectives of latent-variable models (Melis thesis ch. 5).
+
+``mi-kl`` (Eq. 5.12), ``mi-renyi`` (Eq. 5.16), ``mi-power`` (Eq. 5.18) and ``beta-vae`` (Eq. 5.19),
+each with a base/gradient estimator: ``elbo``, ``iwae``, ``stl``, ``dreg`` (reparameterized,
+continuous latents) or ``reinforce``, ``vimco`` (score function, any latents). The math is in
+``infolm.latent.estimators``; the surrogates in ``infolm.latent.gradients``. The loss is -Ô
+averaged over the sentences of a batch (one latent vector per sentence).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from infolm.errors import InfolmError
+from infolm.latent.base import LatentVariableModel
+from infolm.latent.estimators import (
+    Objective as TermList,
+)
+from infolm.latent.estimators import (
+    beta_vae_objective,
+    iwae_bound,
+    kl_estimate,
+    kl_objective,
+    power_objective,
+    renyi_objective,
+)
+from infolm.latent.gradients import ESTIMATORS, PATHWISE, objective_surrogate
+from infolm.objectives.base import Batch, Objective, Terms, register_objective
+
+IGNORE_INDEX = -100
+
+
+@dataclasses.dataclass
+class MonteCarloConfig:
+    weight: float = 1.0  # multiplier of this term in the Composite
+    estimator: str = "dreg"  # elbo | iwae | stl | dreg (continuous latents) | reinforce | vimco (any latents)
+    samples: int = 16  # K: draws for the ln p(x) term (thesis: 1, 16, 64)
+    mi_samples: int | None = None  # draws for the MI term (None: the same K draws; Figs. 5.4, 5.7: 16/1, 1/16)
+
+    def check(self, where: str) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise InfolmError(f"{where}.estimator must be one of {', '.join(ESTIMATORS)}; got {self.estimator!r}")
+        if self.samples < 1:
+            raise InfolmError(f"{where}.samples must be at least 1, got {self.samples}")
+        if self.mi_samples is not None and self.mi_samples < 1:
+            raise InfolmError(f"{where}.mi_samples must be at least 1, got {self.mi_samples}")
+        if self.estimator == "vimco" and max(self.samples, self.mi_samples or 0) < 2:
+            raise InfolmError(
+                f"{where}.estimator=vimco needs at least 2 samples (its baseline leaves one out); use reinforce for 1"
+            )
+
+    @property
+    def base(self) -> str:
+        return "elbo" if self.estimator == "elbo" else "iwae"
+
+    @property
+    def mi_draws(self) -> int:
+        return self.samples if self.mi_samples is None else self.mi_samples
+
+
+def _check_lambda(where: str, lam: float) -> None:
+    if not math.isfinite(lam) or lam >= 1.0:
+        raise InfolmError(
+            f"{where}.lam must be below 1 (at 1 the ln p(x) term vanishes; the thesis tunes it in "
+            f"[-0.05, 0.9999]), got {lam}"
+        )
+
+
+@dataclasses.dataclass
+class KLObjectiveConfig(MonteCarloConfig):
+    lam: float = 0.5  # λ, weight of the MI term (Eq. 5.12; Table 5.2 tunes it in [-0.05, 0.9999])
+
+    def __post_init__(self) -> None:
+        self.check("objective.mi-kl")
+        _check_lambda("objective.mi-kl", self.lam)
+
+
+@dataclasses.dataclass
+class RenyiObjectiveConfig(MonteCarloConfig):
+    lam: float = 0.5  # λ, weight of the MI term (Eq. 5.16; Table 5.2 tunes it in [-0.05, 0.9999])
+    alpha: float = 2.0  # α of the Rényi divergence D_α (Eq. 5.13); α > 0, α ≠ 1 (the thesis does not fix one)
+
+    def __post_init__(self) -> None:
+        self.check("objective.mi-renyi")
+        _check_lambda("objective.mi-renyi", self.lam)
+        if not math.isfinite(self.alpha) or self.alpha <= 0.0 or self.alpha == 1.0:
+            raise InfolmError(
+                f"objective.mi-renyi.alpha must be positive and not 1 (D_α divides by α - 1), got {self.alpha}"
+            )
+
+
+@dataclasses.dataclass
+class PowerObjectiveConfig(MonteCarloConfig):
+    alpha: float = 2.0  # α of ln p^α(x) (Eq. 5.18): λ = (α - 1)/α; Table 5.2 tunes it in [0.86, 16] (log)
+
+    def __post_init__(self) -> None:
+        self.check("objective.mi-power")
+        if self.mi_samples is not None and self.mi_samples != self.samples:
+            raise InfolmError("objective.mi-power has one term: set samples, not mi_samples")
+        if not math.isfinite(self.alpha) or self.alpha <= 0.0:
+            raise InfolmError(f"objective.mi-power.alpha must be positive, got {self.alpha}")
+
+
+@dataclasses.dataclass
+class BetaVAEConfig(MonteCarloConfig):
+    estimator: str = "elbo"  # the β-VAE's reparameterized ELBO estimator (Higgins et al. 2017)
+    samples: int = 1  # draws for E_q ln p(x|z)
+    beta: float = 1.0  # β of Eq. 5.19 (equals the KL objective with λ = 1 - β, Prop. 13)
+
+    def __post_init__(self) -> None:
+        self.check("objective.beta-vae")
+        if self.mi_samples is not None:
+            raise InfolmError("objective.beta-vae has no separate MI term: set samples, not mi_samples")
+        if self.estimator == "dreg" or self.estimator == "stl":
+            raise InfolmError(f"objective.beta-vae uses an analytic KL: estimator {self.estimator} does not apply")
+        if not math.isfinite(self.beta) or self.beta < 0.0:
+            raise InfolmError(f"objective.beta-vae.beta must be non-negative, got {self.beta}")
+
+
+class MonteCarloObjective(Objective):
+    """-Ô averaged over sentences; logs Ô, the K-draw ln p(x) bound and MI estimate per sentence."""
+
+    needs = frozenset({"sentences"})
+    config: MonteCarloConfig
+    name = "latent"
+
+    def __init__(self, config: MonteCarloConfig, terms: TermList) -> None:
+        super().__init__()
+        self.config = config
+        self.terms = terms
+
+    def setup(self, corpus: Any, model: nn.Module) -> None:
+        if not isinstance(model, LatentVariableModel):
+            raise InfolmError(f"objective {self.name} needs a latent-variable model, got {type(model).__name__}")
+        if self.config.estimator in PATHWISE and not model.reparameterized:
+            raise InfolmError(
+                f"objective {self.name}: estimator {self.config.estimator} needs reparameterized (Gaussian) "
+                "latents; with categorical latents use reinforce or vimco"
+            )
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        assert isinstance(model, LatentVariableModel)
+        tokens, lengths = sentence_rows(batch)
+        out = objective_surrogate(model, tokens, lengths, self.terms, self.config.estimator)
+        h, r = out.draws.log_likelihood, out.draws.log_ratio
+        count = int(lengths.sum())
+        metrics = {
+            f"{self.name}_objective": float(out.value.mean()),
+            f"{self.name}_nll_bound": float(-iwae_bound(h, r).mean()),  # per sentence, from the training draws
+            f"{self.name}_mi": float(kl_estimate(h, r).mean()) if h.size(0) > 1 else float(-r.mean()),
+        }
+        return Terms(losses={self.name: -out.surrogate.mean()}, metrics=metrics, tokens=count)
+
+
+def sentence_rows(batch: Batch) -> tuple[Tensor, Tensor]:
+    """(tokens (B, T), lengths (B,)) of one-sentence-per-row batches: the targets (the sentence and
+    its <eos>), padding replaced by id 0 and excluded through ``lengths``."""
+    real = batch.targets != IGNORE_INDEX
+    lengths = getattr(batch, "lengths", None)
+    if lengths is None:
+        lengths = real.sum(1)
+    return batch.targets.masked_fill(~real, 0), torch.as_tensor(lengths, device=batch.targets.device)
+
+
+@register_objective("mi-kl", config=KLObjectiveConfig)
+class KLObjective(MonteCarloObjective):
+    """KL objective: Ŝ^K + λ (Û^K - Ŝ^K) (Melis thesis Eq. 5.12)."""
+
+    name = "mi-kl"
+
+    def __init__(self, config: KLObjectiveConfig) -> None:
+        super().__init__(config, kl_objective(config.lam, config.samples, config.mi_draws, config.base))
+
+
+@register_objective("mi-renyi", config=RenyiObjectiveConfig)
+class RenyiObjective(MonteCarloObjective):
+    """Rényi objective: Ŝ^K + λ/(α-1) (Ŝ_α^K - α Ŝ^K) (Melis thesis Eq. 5.16)."""
+
+    name = "mi-renyi"
+
+    def __init__(self, config: RenyiObjectiveConfig) -> None:
+        terms = renyi_objective(config.lam, config.alpha, config.samples, config.mi_draws, config.base)
+        super().__init__(config, terms)
+
+
+@register_objective("mi-power", config=PowerObjectiveConfig)
+class PowerObjective(MonteCarloObjective):
+    """Power objective: α^-1 Ŝ_α^K (Melis thesis Eq. 5.18)."""
+
+    name = "mi-power"
+
+    def __init__(self, config: PowerObjectiveConfig) -> None:
+        super().__init__(config, power_objective(config.alpha, config.samples, config.base))
+
+
+@register_objective("beta-vae", config=BetaVAEConfig)
+class BetaVAEObjective(MonteCarloObjective):
+    """β-VAE: E_q ln p(x|z) - β KL(q(z|x) || p(z)) (Higgins et al. 2017; Melis thesis Eq. 5.19)."""
+
+    name = "beta-vae"
+
+    def __init__(self, config: BetaVAEConfig) -> None:
+        super().__init__(config, beta_vae_objective(config.beta, config.samples))

@@ -1,0 +1,71 @@
+"""The ch. 5 objectives as registered training terms: config-time refusals and the loss they report."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infolm.errors import InfolmError
+from infolm.latent.estimators import kl_objective, objective_value
+from infolm.models import MODELS
+from infolm.objectives import OBJECTIVES, Batch
+
+
+@pytest.mark.parametrize(
+    "name,settings,message",
+    [
+        ("mi-kl", {"samples": 0}, "samples must be at least 1"),
+        ("mi-kl", {"mi_samples": 0}, "mi_samples must be at least 1"),
+        ("mi-kl", {"lam": 1.0}, "lam must be below 1"),
+        ("mi-kl", {"lam": float("nan")}, "lam must be below 1"),
+        ("mi-renyi", {"lam": 1.5}, "lam must be below 1"),
+        ("mi-renyi", {"alpha": 1.0}, "alpha must be positive and not 1"),
+        ("mi-renyi", {"alpha": 0.0}, "alpha must be positive and not 1"),
+        ("mi-renyi", {"alpha": -2.0}, "alpha must be positive and not 1"),
+        ("mi-power", {"alpha": 0.0}, "alpha must be positive"),
+        ("mi-kl", {"estimator": "vimco", "samples": 1}, "vimco needs at least 2 samples"),
+        ("mi-kl", {"estimator": "magic"}, "estimator must be one of"),
+        ("beta-vae", {"beta": -1.0}, "beta must be non-negative"),
+    ],
+)
+def test_bad_settings_are_refused_with_one_line(name, settings, message) -> None:
+    with pytest.raises(InfolmError, match=message) as error:
+        OBJECTIVES.build(name, settings, where=f"objective.{name}")
+    assert "\n" not in str(error.value)
+
+
+def tiny_latent(latent: str):
+    torch.manual_seed(0)
+    settings = {"latent": latent, "latent_size": 4, "variables": 2, "categories": 3, "hidden": 8, "embedding": 8}
+    return MODELS.build("latent-synthetic", settings, vocab_size=12, where="model")
+
+
+@pytest.mark.parametrize("estimator", ["elbo", "iwae", "stl", "dreg"])
+def test_reparameterized_estimators_refuse_categorical_latents(estimator) -> None:
+    objective = OBJECTIVES.build("mi-kl", {"estimator": estimator}, where="objective.mi-kl")
+    with pytest.raises(InfolmError, match="with categorical latents use reinforce or vimco"):
+        objective.setup(None, tiny_latent("categorical"))
+    objective.setup(None, tiny_latent("gaussian"))  # accepted
+
+
+def test_a_language_model_is_refused() -> None:
+    objective = OBJECTIVES.build("mi-renyi", {}, where="objective.mi-renyi")
+    with pytest.raises(InfolmError, match="needs a latent-variable model"):
+        objective.setup(None, MODELS.build("lstm", {"emb": 4, "hidden": 4, "layers": 1}, vocab_size=10))
+
+
+def test_loss_is_the_negated_objective_of_the_batch() -> None:
+    model = tiny_latent("gaussian")
+    symbols = torch.tensor([[3], [7], [1]])
+    batch = Batch(inputs=symbols, targets=symbols)
+    objective = OBJECTIVES.build("mi-kl", {"estimator": "iwae", "samples": 5, "lam": 0.3}, where="objective.mi-kl")
+    torch.manual_seed(4)
+    terms = objective(model, batch, None)
+    torch.manual_seed(4)  # the same draws by hand
+    q, p = model.posterior(symbols, torch.ones(3)), model.prior()
+    z = q.rsample((5,))
+    value = objective_value(
+        kl_objective(0.3, 5, 5), model.log_likelihood(symbols, None, z), p.log_prob(z) - q.log_prob(z)
+    )
+    torch.testing.assert_close(terms.losses["mi-kl"], -value.mean())
+    assert terms.tokens == 3
