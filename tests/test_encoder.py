@@ -42,7 +42,7 @@ def test_saved_encoder_loads_in_transformers_with_equal_logits(tmp_path, num_lab
     export_bert(encoder, tmp_path)
     tokens, segments, real = batch()
     with torch.no_grad():
-        out = encoder(tokens, segments, real)
+        out = encoder(tokens, None, segments, real)
         ours = encoder.mlm_logits(encoder.mlm_features(out.states))
         theirs = BertForMaskedLM.from_pretrained(tmp_path).eval()(
             input_ids=tokens, token_type_ids=segments, attention_mask=real.long()
@@ -58,20 +58,26 @@ def test_saved_encoder_loads_in_transformers_with_equal_logits(tmp_path, num_lab
 def test_padding_leaves_real_tokens_unchanged():
     encoder = tiny_encoder()
     tokens, segments, _ = batch()
-    short = encoder(tokens[:, :6], segments[:, :6]).states
+    short = encoder(tokens[:, :6], None, segments[:, :6]).states
     padded_tokens = torch.cat([tokens[:, :6], torch.zeros(3, 4, dtype=torch.long)], dim=1)
     real = torch.zeros(3, 10, dtype=torch.bool)
     real[:, :6] = True
-    padded = encoder(padded_tokens, torch.zeros_like(padded_tokens), real).states
+    padded = encoder(padded_tokens, None, torch.zeros_like(padded_tokens), real).states
     torch.testing.assert_close(padded[:, :6], short, atol=1e-5, rtol=1e-5)
 
 
-def test_segments_matter_and_default_to_sentence_a():
+def test_segments_and_padding_default_to_the_bert_layout_of_the_tokens():
+    """[CLS] A [SEP] B [SEP] [PAD]: segment 1 after the first [SEP]; [PAD] gets no attention."""
     encoder = tiny_encoder()
     tokens, segments, real = batch()
-    a = encoder(tokens, torch.zeros_like(segments), real).states
-    torch.testing.assert_close(encoder(tokens, None, real).states, a)
-    assert not torch.allclose(encoder(tokens, segments, real).states, a)
+    tokens[:, 0], tokens[:, 5], tokens[0, 9], tokens[1, 6] = 2, 3, 3, 3
+    tokens = tokens.masked_fill(~real, 0)
+    segments = torch.where(real, segments, 0)
+    segments[:, 5] = 0
+    segments[2] = 0  # its B is all padding
+    explicit = encoder(tokens, None, segments, real).states
+    torch.testing.assert_close(encoder(tokens).states[real], explicit[real])
+    assert not torch.allclose(encoder(tokens, None, torch.zeros_like(segments), real).states[real], explicit[real])
 
 
 def test_mlm_logits_of_selected_types_equal_full_logits():

@@ -15,7 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from infolm.data.wordpiece import PAD, SEP, SPECIALS
 from infolm.errors import InfolmError
+
+PAD_ID, SEP_ID = SPECIALS.index(PAD), SPECIALS.index(SEP)  # fixed ids of the WordPiece vocabulary
 
 
 @dataclasses.dataclass
@@ -104,19 +107,25 @@ class Encoder(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, tokens: Tensor, segments: Tensor | None = None, padding_mask: Tensor | None = None
+        self, tokens: Tensor, state: object = None, segments: Tensor | None = None, padding_mask: Tensor | None = None
     ) -> EncoderOutput:
-        """``padding_mask`` (B, T) is True at real tokens; padded keys get no attention."""
+        """Encode ``tokens`` (B, T) laid out as [CLS] A [SEP] (B [SEP]) [PAD]...; ``state`` is unused.
+
+        ``padding_mask`` (B, T) is True at real tokens (default: tokens that are not [PAD]); padded
+        keys get no attention. ``segments`` (B, T) are 0 for sentence A and 1 for sentence B
+        (default: 1 after the first [SEP], as BERT lays out pairs).
+        """
         b, t = tokens.shape
         if t > self.config.max_len:
             raise InfolmError(f"input of {t} tokens exceeds model.max_len={self.config.max_len}")
-        x = self.word_embeddings(tokens) + self.position_embeddings.weight[:t]  # (B, T, D)
+        if padding_mask is None:
+            padding_mask = tokens != PAD_ID
         if segments is None:
-            x = x + self.segment_embeddings.weight[0]
-        else:
-            x = x + self.segment_embeddings(segments)
-        x = self.dropout(self.embedding_norm(x))
-        attend = None if padding_mask is None else padding_mask[:, None, None, :]  # (B, 1, 1, T) keys
+            is_sep = (tokens == SEP_ID).long()
+            segments = (is_sep.cumsum(1) - is_sep).clamp(max=self.config.segments - 1)  # A's [SEP] stays in A
+        x = self.word_embeddings(tokens) + self.position_embeddings.weight[:t] + self.segment_embeddings(segments)
+        x = self.dropout(self.embedding_norm(x))  # (B, T, D)
+        attend = None if bool(padding_mask.all()) else padding_mask[:, None, None, :]  # (B, 1, 1, T) keys
         hiddens = []
         for layer in self.layers:
             x = layer(x, attend)
