@@ -4,7 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
 . .venv/bin/activate
-export INFOLM_DATA_MIRROR="${INFOLM_DATA_MIRROR:-$(cd .. && pwd)/shared/data}"
 export INFOLM_OFFLINE=1
 ruff check src tests benchmarks examples experiments
 ruff format --check src tests benchmarks examples experiments

@@ -1,6 +1,6 @@
 """The PTB BMI configs: all three validate, differ only in the BMI term, and a BMI-full run logs both phases.
 
-The run is issue 5's acceptance command (``objective.bmi.phase2_start=8 train.max_steps=16`` on
+The run is the BMI-full smoke command (``objective.bmi.phase2_start=8 train.max_steps=16`` on
 ``configs/ptb/bmi-full.yaml``) plus overrides that only shrink the model and the data, so it takes seconds.
 """
 

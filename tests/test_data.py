@@ -8,7 +8,7 @@ from infolm.data import load_corpus
 from infolm.data.batching import IGNORE_INDEX, StreamBatcher, eval_rows
 from infolm.data.datasets import sha256_of
 from infolm.errors import InfolmError
-from tests.conftest import ROOT, SHARED_DATA
+from tests.conftest import DATA_MIRROR, ROOT
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def ptb():
 
 def test_ptb_is_embedded_and_has_the_published_sizes(ptb):
     assert len(ptb.vocab) == 10000
-    assert ptb.stream("test").numel() == 82430  # <eos> counted (RECIPES.md)
+    assert ptb.stream("test").numel() == 82430  # <eos> counted (docs/recipes.md)
     assert ptb.stream("train").numel() == 887521 + 42068
     assert ptb.vocab.itos[ptb.stream("train")[-1]] == "<eos>"
     assert sha256_of(ROOT / "src/infolm/data/ptb/ptb.train.txt.gz") == (
@@ -43,14 +43,34 @@ def test_ptb_char_is_derived_the_mikolov_way():
     assert "_" in corpus.vocab and " " not in corpus.vocab
 
 
-def test_mirror_serves_tinyshakespeare(monkeypatch):
-    monkeypatch.setenv("INFOLM_DATA_MIRROR", str(SHARED_DATA))
+def test_mirror_serves_a_dataset_cut_into_splits(monkeypatch, tmp_path):
+    lines = [f"line {i}: " + "abc"[i % 3] * (i % 7 + 1) for i in range(200)]
+    (tmp_path / "tinyshakespeare").mkdir()
+    (tmp_path / "tinyshakespeare/input.txt.gz").write_bytes(gzip.compress("\n".join(lines).encode()))
+    monkeypatch.setenv("INFOLM_DATA_MIRROR", str(tmp_path))
+    monkeypatch.setenv("INFOLM_DATA", str(tmp_path / "cache"))
     monkeypatch.setenv("INFOLM_OFFLINE", "1")
     corpus = load_corpus(DataConfig(name="tinyshakespeare"))
-    text = gzip.decompress((SHARED_DATA / "tinyshakespeare/input.txt.gz").read_bytes()).decode()
+    # 90/5/5 of the lines; every character counts, plus one end-of-line symbol per line
+    sizes = {"train": lines[:180], "valid": lines[180:190], "test": lines[190:]}
+    for split, part in sizes.items():
+        assert corpus.stream(split).numel() == len(part) + sum(len(line) for line in part)
+    first = "".join(corpus.vocab.decode(corpus.sentence("valid", 0)[:-1].tolist()))
+    assert first == lines[180]
+
+
+@pytest.mark.skipif(
+    DATA_MIRROR is None or not (DATA_MIRROR / "tinyshakespeare/input.txt.gz").is_file(),
+    reason="needs INFOLM_DATA_MIRROR with tinyshakespeare/input.txt.gz",
+)
+def test_real_mirror_serves_tinyshakespeare(monkeypatch):
+    assert DATA_MIRROR is not None
+    monkeypatch.setenv("INFOLM_OFFLINE", "1")
+    corpus = load_corpus(DataConfig(name="tinyshakespeare"))
+    text = gzip.decompress((DATA_MIRROR / "tinyshakespeare/input.txt.gz").read_bytes()).decode()
     total = sum(corpus.stream(s).numel() for s in ("train", "valid", "test"))
     assert total == len(text.splitlines()) + sum(len(line) for line in text.splitlines())
-    assert sha256_of(SHARED_DATA / "tinyshakespeare/input.txt.gz") == (
+    assert sha256_of(DATA_MIRROR / "tinyshakespeare/input.txt.gz") == (
         "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
     )
 

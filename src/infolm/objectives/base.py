@@ -1,4 +1,4 @@
-"""The objective contract (DESIGN.md): every training term is an ``Objective``.
+"""The objective contract (docs/architecture.md): every training term is an ``Objective``.
 
 ``setup(corpus, model)`` builds indexes once; ``forward(model, batch, output)`` receives the shared
 main forward pass and returns :class:`Terms`; ``param_groups()`` gives a term's own optimizer

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Issue 4 tasks at CPU scale: character-level runs (bits per character) on ptb-char and Tiny Shakespeare, and
+# Melis thesis tasks at CPU scale: character-level runs (bits per character) on ptb-char and Tiny Shakespeare, and
 # the reverse copy task, each with an LSTM and a Mogrifier cell of equal parameter count, one seed.
-#   bash experiments/issue4_tasks.sh char    # 4 runs, then valid / test bpc of each
-#   bash experiments/issue4_tasks.sh copy    # writes the copy-task files, 2 runs, then valid / test loss
-#   bash experiments/issue4_tasks.sh copy10  # the same with lines of 10 symbols (configs/copy/*.yaml + overrides)
-# Every command's JSON result and wall time go to runs/issue4-tasks/<run>.<step>.json; rerunning skips what is
+#   bash experiments/melis_char_and_copy.sh char    # 4 runs, then valid / test bpc of each
+#   bash experiments/melis_char_and_copy.sh copy    # writes the copy-task files, 2 runs, then valid / test loss
+#   bash experiments/melis_char_and_copy.sh copy10  # the same with lines of 10 symbols (configs/copy/*.yaml + overrides)
+# Every command's JSON result and wall time go to runs/melis-char-and-copy/<run>.<step>.json; rerunning skips what is
 # done (training resumes from its last checkpoint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
 export OMP_NUM_THREADS=1
-OUT=runs/issue4-tasks
+OUT=runs/melis-char-and-copy
 mkdir -p "$OUT"
 
 step() {  # step NAME COMMAND...: run once, keep stdout's last line (JSON) and the wall time
@@ -37,9 +37,9 @@ PY
 run_config() {  # run_config CONFIG RUN_NAME [OVERRIDE ...]
   local config=$1 name=$2
   shift 2
-  step "$name.train" infolm train "$config" "run.dir=runs/issue4-tasks/$name" "$@" --json
+  step "$name.train" infolm train "$config" "run.dir=runs/melis-char-and-copy/$name" "$@" --json
   for split in valid test; do
-    step "$name.$split" infolm evaluate "runs/issue4-tasks/$name" --split "$split" --json
+    step "$name.$split" infolm evaluate "runs/melis-char-and-copy/$name" --split "$split" --json
   done
 }
 
@@ -69,7 +69,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: bash experiments/issue4_tasks.sh char|copy|copy10" >&2
+    echo "usage: bash experiments/melis_char_and_copy.sh char|copy|copy10" >&2
     exit 2
     ;;
 esac

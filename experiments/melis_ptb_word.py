@@ -1,13 +1,14 @@
-"""Issue 4 experiments on a tiny CPU budget: cells, multi-sample objective, dynamic eval / MC dropout, averaging.
+"""Melis thesis, word-level PTB on a tiny CPU budget: cells, multi-sample objective, dynamic eval / MC
+dropout, weight averaging.
 
-    OMP_NUM_THREADS=1 python experiments/issue4.py train    # the training runs, one at a time (resumable)
-    OMP_NUM_THREADS=1 python experiments/issue4.py budget   # the same arms at an equal CPU-time budget (3 seeds)
-    OMP_NUM_THREADS=1 python experiments/issue4.py evaluate # test ppl; dynamic eval, MC dropout, temperature
-                                                            # (on lstm-s0 and on the equal-budget LSTM seeds)
-    python experiments/issue4.py report                     # tables (runs/issue4/tables.md) and docs/img/averaging.png
+    OMP_NUM_THREADS=1 python experiments/melis_ptb_word.py train     # training runs, one at a time (resumable)
+    OMP_NUM_THREADS=1 python experiments/melis_ptb_word.py budget    # the arms at an equal CPU budget (3 seeds)
+    OMP_NUM_THREADS=1 python experiments/melis_ptb_word.py evaluate  # test ppl; dynamic eval, MC dropout,
+                                                                     # temperature (lstm-s0, equal-budget LSTMs)
+    python experiments/melis_ptb_word.py report  # runs/melis-ptb-word/tables.md and docs/img/averaging.png
 
 Every run is an ``infolm train`` / ``infolm evaluate`` subprocess; the command line, wall time and JSON
-summary of each are kept in ``runs/issue4/log.jsonl``, and a finished step is skipped when rerun.
+summary of each are kept in ``runs/melis-ptb-word/log.jsonl``, and a finished step is skipped when rerun.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "runs" / "issue4"
+OUT = ROOT / "runs" / "melis-ptb-word"
 LOG = OUT / "log.jsonl"
 SEEDS = (0, 1, 2)
 CELLS = {  # arm -> config (equal parameter counts, equal 200-step budget)
@@ -89,10 +90,10 @@ def train_jobs() -> list[tuple[str, list[str]]]:
     for seed in SEEDS:
         for arm, config in CELLS.items():
             run = f"{arm}-s{seed}"
-            jobs.append((f"train/{run}", [config, f"run.dir=runs/issue4/{run}", f"run.seed={seed}"]))
+            jobs.append((f"train/{run}", [config, f"run.dir=runs/melis-ptb-word/{run}", f"run.seed={seed}"]))
         for name, config in AVERAGING.items():  # seed 0 right after the first seed of each arm
             run = f"avg-{name}" if seed == 0 else f"avg-{name}-s{seed}"
-            jobs.append((f"train/{run}", [config, f"run.dir=runs/issue4/{run}", f"run.seed={seed}"]))
+            jobs.append((f"train/{run}", [config, f"run.dir=runs/melis-ptb-word/{run}", f"run.seed={seed}"]))
     return [(key, ["infolm", "train", *args, "--json"]) for key, args in jobs]
 
 
@@ -105,12 +106,12 @@ def cmd_evaluate(_: argparse.Namespace) -> None:
     runs = [key.split("/", 1)[1] for key, _ in train_jobs()]
     for run in runs:
         if (OUT / run / "config.yaml").exists():
-            _run(f"test/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", "--split", "test", "--json"])
+            _run(f"test/{run}", ["infolm", "evaluate", f"runs/melis-ptb-word/{run}", "--split", "test", "--json"])
     for seed in SEEDS:  # dynamic evaluation, MC dropout and temperature on each equal-budget LSTM seed
         run = f"budget/lstm-s{seed}"
         if (OUT / run / "config.yaml").exists():
-            _run(f"extras/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", *EXTRAS_ARGS, "--json"])
-    _run(f"extras/{EXTRAS_RUN}", ["infolm", "evaluate", f"runs/issue4/{EXTRAS_RUN}", *EXTRAS_ARGS, "--json"])
+            _run(f"extras/{run}", ["infolm", "evaluate", f"runs/melis-ptb-word/{run}", *EXTRAS_ARGS, "--json"])
+    _run(f"extras/{EXTRAS_RUN}", ["infolm", "evaluate", f"runs/melis-ptb-word/{EXTRAS_RUN}", *EXTRAS_ARGS, "--json"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -147,10 +148,10 @@ def cmd_budget(_: argparse.Namespace) -> None:
         for arm, config in CELLS.items():
             run = f"budget/{arm}-s{seed}"
             n = steps[arm]
-            args = [f"run.dir=runs/issue4/{run}", f"run.seed={seed}", f"train.max_steps={n}"]
+            args = [f"run.dir=runs/melis-ptb-word/{run}", f"run.seed={seed}", f"train.max_steps={n}"]
             args += [f"train.eval_every={n // 4}", "train.log_every=20"]
             _run(f"train/{run}", ["infolm", "train", config, *args, "--json"])
-            _run(f"test/{run}", ["infolm", "evaluate", f"runs/issue4/{run}", "--split", "test", "--json"])
+            _run(f"test/{run}", ["infolm", "evaluate", f"runs/melis-ptb-word/{run}", "--split", "test", "--json"])
 
 
 def budget_table(done: dict[str, dict[str, Any]]) -> str:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # IMM experiments: baseline / noising / IMM on the same model, 3 seeds, then the induced-bigram table.
-# Usage: bash experiments/issue3.sh OUT_DIR   (runs one job at a time, one thread each)
+# Usage: bash experiments/imm_ptb_table2.sh OUT_DIR   (runs one job at a time, one thread each)
 set -euo pipefail
-OUT="${1:-runs/issue3}"
+OUT="${1:-runs/imm-ptb-table2}"
 export OMP_NUM_THREADS=1
 mkdir -p "$OUT"
 for seed in 0 1 2; do

@@ -1,4 +1,4 @@
-"""Issue 5: AWD-LSTM-MoS baseline vs BMI-base vs BMI-full on PTB at a tiny CPU budget, several seeds.
+"""BMI Table 2 (Cao & Xu) at a tiny CPU budget: AWD-LSTM-MoS baseline vs BMI-base vs BMI-full on PTB, several seeds.
 
 For each config in ``configs/ptb/bmi-{baseline,base,full}.yaml`` and each seed: ``infolm train`` (the
 exact command is printed and stored), then, in this process, on the best (averaged) weights:
@@ -14,7 +14,7 @@ The NT-ASGD switch never fires in a run this short, so every config switches at 
 tail averaging starts there (``optim.average.nonmono=0 optim.average.start=S``) and BMI-full's
 Phase II starts there (``objective.bmi.phase2_start=S``), the paper's "Phase II at the ASGD switch".
 
-    OMP_NUM_THREADS=1 python experiments/issue5.py --seeds 0 1 2 --out runs/issue5
+    OMP_NUM_THREADS=1 python experiments/bmi_ptb_table2.py --seeds 0 1 2 --out runs/bmi-ptb-table2
 
 Writes ``OUT/results.json`` (every number, the commands, wall times) and prints a summary table.
 """
@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps of every run")
     parser.add_argument("--switch", type=int, default=50, help="step of the ASGD switch and of BMI Phase II")
     parser.add_argument("--gen-tokens", type=int, default=20000, help="generated tokens per model")
-    parser.add_argument("--out", type=Path, default=Path("runs/issue5"))
+    parser.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     env = dict(os.environ, OMP_NUM_THREADS="1")

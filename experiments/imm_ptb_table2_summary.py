@@ -1,4 +1,4 @@
-"""Summarize experiments/issue3.sh: valid/test perplexity per config (mean ± std over seeds) and the
+"""Summarize experiments/imm_ptb_table2.sh: valid/test perplexity per config (mean ± std over seeds) and the
 induced-bigram table, as Markdown."""
 
 from __future__ import annotations
@@ -58,4 +58,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/issue3"))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/imm-ptb-table2"))
