@@ -12,7 +12,7 @@ from torch import nn
 
 from infolm.errors import InfolmError
 from infolm.optim.averaging import AVERAGERS, TailAverager, TailConfig, TwoTailedAverager
-from infolm.optim.divergence import DivergenceConfig, DivergencePolicy
+from infolm.optim.divergence import DivergenceConfig, DivergencePolicy, loss_bound, loss_diverged
 from infolm.optim.ntasgd import NonMonotoneTrigger
 
 
@@ -240,17 +240,36 @@ def test_nt_trigger_condition_of_merity_et_al() -> None:
     assert not quiet.would_trigger(3.0) and quiet.would_trigger(3.01)
 
 
+def test_divergence_rule() -> None:
+    """Non-finite diverges at once; above loss_factor x ln|V| diverges after ``patience`` steps in a row."""
+    bound = loss_bound(10000, 2.0)
+    assert bound == pytest.approx(2 * math.log(10000))
+    assert loss_diverged([5.0, math.nan], bound, 3) and loss_diverged([math.inf], bound, 3)
+    assert not loss_diverged([19.0, 19.0], bound, 3)  # not yet patience steps
+    assert loss_diverged([1.0, 19.0, 19.0, 1e29], bound, 3)
+    assert not loss_diverged([19.0, 19.0, 9.0], bound, 3)
+    assert not loss_diverged([bound, bound, bound], bound, 3)  # at the bound is not above it
+
+
 def test_divergence_policy() -> None:
-    policy = DivergencePolicy(DivergenceConfig(lr_factor=0.9, max_ratio=2.0, max_restarts=2))
-    assert not policy.check(6.0) and not policy.check(4.0)
-    assert not policy.check(7.9)  # below 2 x best (8)
-    assert policy.check(8.1) and policy.check(math.nan) and policy.check(math.inf)
-    assert policy.best == 4.0
+    policy = DivergencePolicy(DivergenceConfig(enabled=True, lr_factor=0.9, patience=3, max_restarts=2), 10000)
+    assert not policy.check(9.2) and not policy.suspect
+    assert not policy.check(25.0) and policy.suspect and not policy.check(30.0)
+    assert not policy.check(9.0) and not policy.suspect  # the run above the bound ended
+    assert not policy.check(25.0) and not policy.check(26.0) and policy.check(1e29)
+    assert not policy.suspect  # a declared divergence starts a new count
+    assert policy.check(math.nan) and policy.check(math.inf)
+    state = policy.state_dict()
+    assert not policy.check(25.0)
+    resumed = DivergencePolicy(policy.config, 10000)
+    resumed.load_state_dict(policy.state_dict())
+    assert not resumed.check(25.0) and resumed.check(25.0)  # the count survives a resume
+    assert state["recent"] == []
     assert policy.restart() == pytest.approx(0.9)
     assert policy.restart() == pytest.approx(0.81) and policy.lr_scale == pytest.approx(0.81)
     with pytest.raises(InfolmError, match="diverged"):
         policy.restart()
-    off = DivergencePolicy(DivergenceConfig(enabled=False))
-    assert not off.check(math.nan)
-    with pytest.raises(InfolmError):
-        DivergenceConfig(lr_factor=1.5)
+    assert "above 2 x ln|V| = 18.42 for 3 steps" in policy.describe(7, 1e29)
+    for bad in ({"lr_factor": 1.5}, {"loss_factor": 1.0}, {"patience": 0}, {"max_restarts": -1}):
+        with pytest.raises(InfolmError, match="train.divergence"):
+            DivergenceConfig(**bad)

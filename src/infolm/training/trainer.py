@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import numpy as np
 import torch
@@ -126,10 +126,9 @@ class Trainer:
         self.done = False
         self.state: Any = None
         self.last_eval_step = -1
-        self.divergence: DivergencePolicy | None = None
-        if config.train.divergence:
-            settings = build_dataclass(DivergenceConfig, config.train.divergence, "train.divergence")
-            self.divergence = DivergencePolicy(settings)
+        # Always watching (optim/divergence.py's rule); restarts only with train.divergence.enabled.
+        divergence = build_dataclass(DivergenceConfig, config.train.divergence, "train.divergence")
+        self.divergence = DivergencePolicy(divergence, len(corpus.vocab))
         self._parameters: list[nn.Parameter] | None = None
         self.initial_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
@@ -182,8 +181,7 @@ class Trainer:
         }
         if self.averager is not None:
             state["averager"] = self.averager.state_dict()
-        if self.divergence is not None:
-            state["divergence"] = self.divergence.state_dict()
+        state["divergence"] = self.divergence.state_dict()
         return state
 
     def save(self) -> None:
@@ -224,7 +222,7 @@ class Trainer:
         self.objective.load_state_dict(state["objective"])
         if self.averager is not None and "averager" in state:
             self.averager.load_state_dict(state["averager"])
-        if self.divergence is not None and "divergence" in state:
+        if "divergence" in state:
             self.divergence.load_state_dict(state["divergence"])
         self.metrics.truncate(int(state["metrics_lines"]))
         set_rng_state(state["rng"])
@@ -338,7 +336,7 @@ class Trainer:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         grad_norm = self._backward(terms)
-        lr = self.schedule.lr * window.lr_scale * (self.divergence.lr_scale if self.divergence is not None else 1.0)
+        lr = self.schedule.lr * window.lr_scale * self.divergence.lr_scale
         for group in self.optimizers[0].param_groups:
             group["lr"] = lr
         for opt in self.optimizers:
@@ -386,13 +384,11 @@ class Trainer:
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{values['loss']:.3f}", lr=f"{values['lr']:.3g}")
-            if self.divergence is not None and self.divergence.check(values["loss"]):
+            if self.divergence.check(values["loss"]):
+                if not self.divergence.config.enabled:
+                    self._stop_diverged(values["loss"])
                 self._restart_from_best(values["loss"])
                 continue
-            if not math.isfinite(values["loss"]):
-                from infolm.errors import InfolmError
-
-                raise InfolmError(f"training diverged at step {self.step}: loss is {values['loss']}")
             if self.step % train.log_every == 0:
                 now = time.perf_counter()
                 record = {"step": self.step, "epoch": self.epoch, **values}
@@ -404,9 +400,10 @@ class Trainer:
             if train.eval_every and self.step % train.eval_every == 0:
                 self._evaluate_and_log()
                 evaluated = True
-            if (train.checkpoint_every and self.step % train.checkpoint_every == 0) or (
-                evaluated and not train.checkpoint_every
-            ):
+            if (
+                (train.checkpoint_every and self.step % train.checkpoint_every == 0)
+                or (evaluated and not train.checkpoint_every)
+            ) and not self.divergence.suspect:  # no checkpoint of weights that may be diverging
                 self._save_timed(tick)
                 tick = time.perf_counter()
         if self.last_eval_step != self.step:
@@ -421,7 +418,6 @@ class Trainer:
     def _restart_from_best(self, loss: float) -> None:
         """Divergence (Melis Sec. 4.4): back to the best weights (the initial ones before any
         evaluation), fresh optimizer state, learning rate x lr_factor; data position and step go on."""
-        assert self.divergence is not None
         self.divergence.restart()
         best = self.run_dir / ckpt.CHECKPOINTS / ckpt.BEST
         if (best / "model.safetensors").exists():
@@ -439,6 +435,17 @@ class Trainer:
                 "restarts": self.divergence.restarts,
                 "lr_scale": self.divergence.lr_scale,
             }
+        )
+
+    def _stop_diverged(self, loss: float) -> NoReturn:
+        """Divergence with restarts off: stop with one line; what is on disk stays as it is."""
+        from infolm.errors import InfolmError
+
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        kept = f"; {self.run_dir} keeps its checkpoints up to {latest.name}" if latest is not None else ""
+        raise InfolmError(
+            f"{self.divergence.describe(self.step, loss)}{kept} "
+            "(train.divergence.enabled=true restarts from the best checkpoint instead)"
         )
 
     def _save_timed(self, tick: float) -> None:
