@@ -97,7 +97,6 @@ if __name__ == "__main__":
     import os
     import tempfile
 
-    os.environ.setdefault("INFOLM_DATA_MIRROR", str(ROOT.parent / "shared" / "data"))
     os.environ.setdefault("INFOLM_OFFLINE", "1")
     torch.set_num_threads(1)
     record = {}
