@@ -135,8 +135,7 @@ class MonteCarloObjective(Objective):
         self.terms = terms
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
-        if not isinstance(model, LatentVariableModel):
-            raise InfolmError(f"objective {self.name} needs a latent-variable model, got {type(model).__name__}")
+        require_latent_model(self, model)
         if self.config.estimator in PATHWISE and not model.reparameterized:
             raise InfolmError(
                 f"objective {self.name}: estimator {self.config.estimator} needs reparameterized (Gaussian) "
@@ -155,6 +154,13 @@ class MonteCarloObjective(Objective):
             f"{self.name}_mi": float(kl_estimate(h, r).mean()) if h.size(0) > 1 else float(-r.mean()),
         }
         return Terms(losses={self.name: -out.surrogate.mean()}, metrics=metrics, tokens=count)
+
+
+def require_latent_model(objective: Objective, model: nn.Module) -> None:
+    """One clear line when a latent-variable objective is given another kind of model."""
+    if not isinstance(model, LatentVariableModel):
+        name = getattr(objective, "name", type(objective).__name__)
+        raise InfolmError(f"objective {name} needs a latent-variable model, got {type(model).__name__}")
 
 
 def sentence_rows(batch: Batch) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,44 @@
+"""The deterministic sequence auto-encoder baseline (AE of SentenceMIM Sec. 4.5).
+
+The sVAE loss without its KL term, with z the posterior mean: L = -1/N sum_i ln p(x_i | mu(x_i)).
+The model is the same latent-variable model (its variance head is unused); evaluate it with
+``mean`` codes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, cast
+
+from torch import nn
+
+from infolm.latent.base import LatentVariableModel
+from infolm.objectives.base import Batch, Objective, Terms, register_objective
+from infolm.objectives.latent_mc import require_latent_model, sentence_rows
+
+
+@dataclasses.dataclass
+class AEConfig:
+    weight: float = 1.0  # multiplier in the Composite
+
+
+@register_objective("ae", config=AEConfig)
+class AutoEncoder(Objective):
+    """Deterministic auto-encoder: -ln p(x | E[q(z|x)]), no KL term (Sec. 4.5)."""
+
+    needs = frozenset({"sentences"})
+    name = "ae"
+
+    def __init__(self, config: AEConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def setup(self, corpus: Any, model: nn.Module) -> None:
+        require_latent_model(self, model)
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        model = cast(LatentVariableModel, model)
+        tokens, lengths = sentence_rows(batch)
+        z = model.posterior(tokens, lengths).mean.unsqueeze(0)  # (1, B, D)
+        log_likelihood = model.log_likelihood(tokens, lengths, z)[0]  # (B,)
+        return Terms(losses={"ae": -log_likelihood.mean()}, tokens=int(lengths.sum()))

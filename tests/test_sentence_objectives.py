@@ -1,0 +1,128 @@
+"""A-MIM, ELBO (with KL annealing) and AE on a tiny sentence GRU: each loss equals its equation by hand."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from infolm.data.batching import IGNORE_INDEX
+from infolm.errors import InfolmError
+from infolm.latent.sentence_gru import SentenceGRU, SentenceGRUConfig
+from infolm.models import MODELS
+from infolm.objectives import OBJECTIVES, build_objective
+
+EOS = 0
+SENTENCES = [[5, 3, 7, EOS], [2, EOS], [4, 4, 9, 6, 1, EOS]]
+
+
+def tiny() -> SentenceGRU:
+    torch.manual_seed(0)
+    return SentenceGRU(SentenceGRUConfig(emb=8, hidden=10, latent=3, dropout_embedding=0.0), 12, eos_id=EOS)
+
+
+def sentence_batch(step: int = 0) -> SimpleNamespace:
+    width = max(map(len, SENTENCES))
+    targets = torch.tensor([s + [IGNORE_INDEX] * (width - len(s)) for s in SENTENCES])
+    return SimpleNamespace(targets=targets, lengths=torch.tensor([len(s) for s in SENTENCES]), step=step)
+
+
+def decode_by_hand(model: SentenceGRU, sentence: list[int], z: torch.Tensor) -> torch.Tensor:
+    """ln p(x|z) token by token (Eq. 1): <sos>, then each previous word, z concatenated every step."""
+    state = model.latent_to_hidden(z).view(1, 1, -1)
+    x, total = model.sos, torch.zeros(())
+    for token in sentence:
+        out, state = model.decoder(torch.cat([x, z]).view(1, 1, -1), state)
+        total = total + F.log_softmax(model.output(out[0, 0]), dim=-1)[token]
+        x = model.embedding.weight[token]
+    return total
+
+
+def gaussian_log_density(z: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    return (-0.5 * (math.log(2 * math.pi) + 2 * std.log() + ((z - mean) / std) ** 2)).sum(-1)
+
+
+def test_amim_loss_is_eq14_by_hand() -> None:
+    model = tiny()
+    objective = build_objective({"amim": {"weight": 1.0}})
+    torch.manual_seed(7)
+    terms = objective(model, sentence_batch(), None)
+    torch.manual_seed(7)
+    tokens = torch.tensor([s + [EOS] * (6 - len(s)) for s in SENTENCES])
+    q = model.posterior(tokens, torch.tensor([len(s) for s in SENTENCES]))
+    z = q.rsample((1,))[0]  # the same joint sample
+    by_hand = []
+    for b, sentence in enumerate(SENTENCES):
+        log_p = decode_by_hand(model, sentence, z[b])
+        log_q = gaussian_log_density(z[b], q.mean[b], q.stddev[b])
+        log_anchor = gaussian_log_density(z[b], torch.zeros(3), torch.ones(3))
+        by_hand.append(-(log_p + 0.5 * (log_q + log_anchor)))  # Alg. 1 line 3 / Eq. 14 without 1/2 H_P(x)
+    torch.testing.assert_close(terms.losses["amim"], torch.stack(by_hand).mean(), rtol=1e-5, atol=1e-5)
+    assert terms.tokens == 12
+
+
+def test_elbo_is_reconstruction_minus_the_closed_form_kl_and_annealing_scales_the_kl() -> None:
+    model = tiny()
+    tokens = torch.tensor([s + [EOS] * (6 - len(s)) for s in SENTENCES])
+    q = model.posterior(tokens, torch.tensor([len(s) for s in SENTENCES]))
+    mean, std = q.mean.detach(), q.stddev.detach()
+    kl = 0.5 * (std**2 + mean**2 - 1 - 2 * std.log()).sum(-1)  # KL(N(mu, sigma^2) || N(0, I))
+    for anneal, step, beta in (("none", 0, 1.0), ("logistic", 10_000, 0.5), ("linear", 2_500, 0.25)):
+        objective = build_objective({"elbo": {"anneal": anneal}})
+        torch.manual_seed(3)
+        terms = objective(model, sentence_batch(step), None)
+        torch.manual_seed(3)
+        z = q.rsample((1,))[0].detach()
+        log_p = torch.stack([decode_by_hand(model, s, z[b]) for b, s in enumerate(SENTENCES)])
+        torch.testing.assert_close(terms.losses["elbo"], -(log_p - beta * kl).mean(), rtol=1e-5, atol=1e-5)
+        assert terms.metrics["kl_weight"] == beta
+
+
+def test_ae_reconstructs_from_the_posterior_mean() -> None:
+    model = tiny()
+    terms = build_objective({"ae": {}})(model, sentence_batch(), None)
+    tokens = torch.tensor([s + [EOS] * (6 - len(s)) for s in SENTENCES])
+    mean = model.posterior(tokens, torch.tensor([len(s) for s in SENTENCES])).mean
+    log_p = torch.stack([decode_by_hand(model, s, mean[b]) for b, s in enumerate(SENTENCES)])
+    torch.testing.assert_close(terms.losses["ae"], -log_p.mean(), rtol=1e-5, atol=1e-5)
+    terms.losses["ae"].backward()
+    assert model.to_log_var.weight.grad is None  # the variance head plays no part in the AE
+
+
+def test_weight_zero_changes_nothing() -> None:
+    model = tiny()
+    torch.manual_seed(1)
+    alone = build_objective({"amim": {}})(model, sentence_batch(), None).total()
+    torch.manual_seed(1)
+    with_zero = build_objective({"amim": {}, "elbo": {"weight": 0.0}})(model, sentence_batch(), None).total()
+    torch.testing.assert_close(alone, with_zero)
+
+
+def test_bad_settings_are_one_clear_error() -> None:
+    with pytest.raises(InfolmError, match="samples must be at least 1"):
+        OBJECTIVES.build("amim", {"samples": 0}, where="objective.amim")
+    with pytest.raises(InfolmError, match="none, logistic, linear"):
+        OBJECTIVES.build("elbo", {"anneal": "cosine"}, where="objective.elbo")
+    for name in ("amim", "elbo", "ae"):
+        with pytest.raises(InfolmError, match=f"objective {name} needs a latent-variable model, got LSTMLM"):
+            build_objective({name: {}}).setup(None, MODELS.build("lstm", {}, vocab_size=12))
+
+
+LATENT_OBJECTIVES = [n for n in OBJECTIVES.names() if "sentences" in getattr(OBJECTIVES.get(n).factory, "needs", ())]
+
+
+@pytest.mark.parametrize("name", LATENT_OBJECTIVES)
+def test_contract_of_every_sentence_objective(name: str) -> None:
+    losses = []
+    for _ in range(2):
+        model = tiny()
+        torch.manual_seed(11)
+        terms = build_objective({name: {}})(model, sentence_batch(), None)
+        assert terms.losses and all(loss.dim() == 0 and torch.isfinite(loss) for loss in terms.losses.values())
+        terms.total().backward()
+        assert model.embedding.weight.grad is not None and bool(model.decoder.weight_hh_l0.grad.abs().sum() > 0)
+        losses.append({k: float(v.detach()) for k, v in terms.losses.items()})
+    assert losses[0] == losses[1]  # deterministic under the seed
