@@ -44,6 +44,14 @@ class LanguageModel(nn.Module):
         """The state before the first token of a stream (None for stateless models)."""
         return None
 
+    def state_after(self, tokens: Tensor, state: State = None) -> State:
+        """The recurrent state after reading ``tokens`` (B, T), differentiable; no logits needed.
+
+        Equal to ``self(tokens, state).state`` in evaluation mode; recurrent models override it to skip the softmax
+        layer (IMM replays extended contexts and reads a prediction only after the last token).
+        """
+        return self(tokens, state).state
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

@@ -74,6 +74,21 @@ class LSTMLM(LanguageModel):
             return out, new_state
         return rnn(x, state)
 
+    def state_after(self, tokens: Tensor, state: State = None) -> State:
+        """The state after ``tokens`` without the softmax layer (equals ``self(tokens, state).state``)."""
+        if state is None:
+            state = self.init_state(tokens.size(0), tokens.device)
+        config = self.config
+        weight = embedding_dropout(self.embedding.weight, config.dropout_embedding, self.training)
+        x = locked_dropout(F.embedding(tokens, weight), config.dropout_input, self.training)  # (B, T, E)
+        new_state = []
+        for layer, rnn in enumerate(self.rnns):
+            x, layer_state = self._run_layer(cast(nn.LSTM, rnn), x, state[layer])  # (B, T, H_l)
+            new_state.append(layer_state)
+            if layer < len(self.rnns) - 1:
+                x = locked_dropout(x, config.dropout_hidden, self.training)
+        return new_state
+
     def forward(self, tokens: Tensor, state: State = None) -> LMOutput:
         config = self.config
         if state is None:
