@@ -76,6 +76,10 @@ class Objective(nn.Module):
     def on_evaluation(self, step: int, valid_loss: float) -> None:
         """Called by the trainer after each validation evaluation."""
 
+    def pop_lr_reset(self) -> float | None:
+        """A learning rate the trainer must set now (once), e.g. when a delayed term starts; else None."""
+        return None
+
 
 class Composite(Objective):
     """Weighted sum of terms. A term with weight 0 is not evaluated at all (no compute, no RNG use)."""
@@ -127,6 +131,10 @@ class Composite(Objective):
     def on_evaluation(self, step: int, valid_loss: float) -> None:
         for _, term in self.named_terms():
             term.on_evaluation(step, valid_loss)
+
+    def pop_lr_reset(self) -> float | None:
+        resets = [reset for _, term in self.named_terms() if (reset := term.pop_lr_reset()) is not None]
+        return resets[-1] if resets else None
 
 
 def build_objective(settings: Mapping[str, Any]) -> Composite:

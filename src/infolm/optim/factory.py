@@ -89,6 +89,10 @@ class LRSchedule:
             self.lr *= self.decay
             self.bad = 0
 
+    def reset(self, lr: float) -> None:
+        """Set the learning rate and forget the plateau history (a new phase of training starts)."""
+        self.lr, self.best, self.bad = float(lr), math.inf, 0
+
     def state_dict(self) -> dict[str, float]:
         return {"lr": self.lr, "best": self.best, "bad": self.bad}
 

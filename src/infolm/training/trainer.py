@@ -291,6 +291,7 @@ class Trainer:
         self.metrics.write(record)
         self.schedule.on_evaluation(result["nll"])
         self.objective.on_evaluation(self.step, result["nll"])
+        self._apply_lr_reset()
         patience = self.config.train.early_stopping
         if patience and self.bad_evals >= patience:
             self.done = True
@@ -351,7 +352,15 @@ class Trainer:
         if self.averager is not None:
             values.update(self.averager.metrics())
         self.objective.on_step_end(self.step, values)
+        self._apply_lr_reset()
         return values
+
+    def _apply_lr_reset(self) -> None:
+        """An objective may ask for a new learning rate (a term that starts late, with lr reset)."""
+        reset = self.objective.pop_lr_reset()
+        if reset is not None:
+            self.schedule.reset(reset)
+            self.metrics.write({"step": self.step, "event": "lr_reset", "lr": reset})
 
     def _finished(self) -> bool:
         max_steps = self.config.train.max_steps
