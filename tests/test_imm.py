@@ -231,13 +231,14 @@ def test_induced_distribution_sums_to_one(realization: str) -> None:
     model = TinyLSTM()
     imm = make_imm(stream, model, realization=realization, k=5, positions_per_batch=4)
     fill_bank(imm, model, windows(stream)[:5])
-    contexts, ids = imm._select(windows(stream)[5])
-    assert len(ids) == 4
+    contexts, ids, weights = imm._select(windows(stream)[5])
+    assert 1 <= len(ids) <= 4 and len(torch.unique(ids)) == len(ids)
+    assert math.isclose(float(weights.sum()), 1.0) and ((weights * 4) % 1 == 0).all()  # shares of 4 positions
     sample_fn, chunks = imm._sampler(model, contexts, ids, 5, torch.device("cpu"))
     with torch.no_grad():
         log_probs = torch.cat([sample_fn(c) for c in range(chunks)])  # (k, P, V)
     induced = torch.logsumexp(log_probs, 0).exp() / log_probs.size(0)
-    assert torch.allclose(induced.sum(-1), torch.ones(4), atol=1e-6)
+    assert torch.allclose(induced.sum(-1), torch.ones(len(ids)), atol=1e-6)
 
 
 def test_state_bank_sample_equals_continuing_the_primary_pass() -> None:
@@ -344,3 +345,133 @@ def test_state_bank_requires_a_recurrent_model() -> None:
 
     with pytest.raises(InfolmError, match="state-bank"):
         make_imm(make_stream(), Stateless(), realization="state-bank")
+
+
+def de_bruijn_stream() -> Tensor:
+    """A stream in which every pair of consecutive tokens occurs once (de Bruijn B(VOCAB, 2), 122 tokens)."""
+    sequence: list[int] = []
+    word = [0] * 3
+
+    def extend(t: int, p: int) -> None:
+        if t > 2:
+            if 2 % p == 0:
+                sequence.extend(word[1 : p + 1])
+            return
+        word[t] = word[t - p]
+        extend(t + 1, p)
+        for symbol in range(word[t - p] + 1, VOCAB):
+            word[t] = symbol
+            extend(t + 1, t)
+
+    extend(1, 1)
+    return torch.tensor(sequence + sequence[:1])
+
+
+def eq15_by_hand(model: nn.Module, stream: Tensor, imm: IMM, batch: Batch) -> Tensor:
+    """Eq. 10/15 at every position of ``batch`` when each short context occurs once in ``stream``:
+    every sample is that occurrence with its whole history, through the current parameters."""
+    length = imm.context_len
+    was_training = model.training
+    model.eval()
+    log_q = torch.log_softmax(model(stream[None]).logits[0], -1)  # (N, V): Q(·|y_-t) at each stream position
+    model.train(was_training)
+    contexts = batch.inputs.unfold(1, length, 1).reshape(-1, length)  # every position's short context
+    ids = imm.index.lookup(contexts)
+    occurrence = imm.index.positions[imm.index.offsets[ids]]  # the single occurrence of each
+    target = imm.restricted.next_token_distribution(contexts)
+    return -(target * log_q[occurrence]).sum(-1).mean()
+
+
+def test_default_is_eq15_with_fresh_samples_at_every_position() -> None:
+    """The default realization: every position (here 84 > the 32 of the old default), samples through
+    the current parameters with their history; loss and gradient equal Eq. 15 computed by hand."""
+    stream = de_bruijn_stream()
+    torch.manual_seed(11)
+    model = TinyLSTM()
+    imm = make_imm(stream, model, restricted_order=3, k=3, j=1, context_window=len(stream))
+    batch = Batch(inputs=stream[:86].view(2, 43), targets=stream[1:87].view(2, 43))
+    for _ in range(2):  # after a parameter change, the samples follow the new parameters
+        model.zero_grad()
+        loss = imm(model, batch, model(batch.inputs)).losses["imm"]
+        loss.backward()
+        got = param_grads(model)
+        model.zero_grad()
+        expected_loss = eq15_by_hand(model, stream, imm, batch)
+        expected_loss.backward()
+        assert math.isclose(loss.item(), expected_loss.item(), rel_tol=1e-5)
+        for a, b in zip(got, param_grads(model), strict=True):
+            assert torch.allclose(a, b, atol=1e-6)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+
+
+def test_position_sampling_has_the_every_position_expectation() -> None:
+    """positions_per_batch draws positions uniformly: its mean over draws is the every-position loss."""
+    stream = de_bruijn_stream()
+    torch.manual_seed(12)
+    model = TinyLSTM().eval()
+    batch = Batch(inputs=stream[:20].view(2, 10), targets=stream[1:21].view(2, 10))
+    full = make_imm(stream, model, restricted_order=3, k=1, context_window=len(stream))
+    sampled = make_imm(stream, model, restricted_order=3, k=1, context_window=len(stream), positions_per_batch=3)
+    with torch.no_grad():
+        output = model(batch.inputs)
+        expected = full(model, batch, output).losses["imm"].item()
+        torch.manual_seed(13)
+        draws = torch.tensor([sampled(model, batch, output).losses["imm"].item() for _ in range(600)])
+    with torch.no_grad():
+        single = [
+            Batch(batch.inputs[r : r + 1, c : c + 2], batch.targets[r : r + 1, c : c + 2])
+            for r in range(2)
+            for c in range(9)
+        ]
+        per_position = torch.tensor([eq15_by_hand(model, stream, full, one).item() for one in single])
+    standard_error = per_position.std().item() / math.sqrt(3 * 600)
+    assert abs(draws.mean().item() - expected) < 4 * standard_error
+    assert draws.std() > 0  # the draws do differ
+
+
+def test_shared_context_positions_are_weighted_by_their_count() -> None:
+    """Positions sharing a short context share its samples and count once each (Eq. 12)."""
+    stream = make_stream()
+    model = TinyLSTM().eval()
+    imm = make_imm(stream, model, k=2, j=1)
+    batch = Batch(inputs=torch.tensor([[3, 3, 5, 3]]), targets=torch.tensor([[3, 5, 3, 1]]))
+    contexts, ids, weights = imm._select(batch)
+    shares = dict(zip(contexts[:, 0].tolist(), weights.tolist(), strict=True))
+    assert shares == {3: 0.75, 5: 0.25}
+
+
+def test_delayed_start_and_learning_rate_reset() -> None:
+    stream = make_stream()
+    model = TinyLSTM()
+    imm = make_imm(stream, model, start_below_ppl=90.0, start_lr=0.5)
+    batch = windows(stream)[0]
+    rng = torch.get_rng_state()
+    terms = imm(model, batch, model(batch.inputs))
+    assert terms.losses["imm"].item() == 0.0 and terms.metrics["imm_active"] == 0.0
+    composite = Composite({"mle": TinyMLE(), "imm": imm})
+    composite.on_evaluation(10, math.log(120.0))
+    assert composite.pop_lr_reset() is None and not bool(imm.started)
+    composite.on_evaluation(20, math.log(80.0))
+    assert composite.pop_lr_reset() == 0.5 and composite.pop_lr_reset() is None  # once
+    assert bool(imm.started) and composite.state_dict()["terms.imm.started"].item()
+    composite.on_evaluation(30, math.log(70.0))
+    assert composite.pop_lr_reset() is None  # starting happens once
+    torch.set_rng_state(rng)
+    assert imm(model, batch, model(batch.inputs)).losses["imm"].item() > 0
+    by_step = make_imm(stream, model, start_step=3)
+    by_step.on_step_end(2, {})
+    assert not bool(by_step.started)
+    by_step.on_step_end(3, {})
+    assert bool(by_step.started) and by_step.pop_lr_reset() is None
+
+
+def test_lstm_state_after_equals_the_forward_state() -> None:
+    from infolm.models import MODELS
+
+    model = MODELS.build("lstm", {"emb": 8, "hidden": 6, "layers": 2, "dropout": 0.5}, vocab_size=VOCAB).eval()
+    tokens = make_stream(30).view(3, 10)
+    start = model.init_state(3)
+    for (h, c), (h2, c2) in zip(model(tokens, start).state, model.state_after(tokens, start), strict=True):
+        assert torch.equal(h, h2) and torch.equal(c, c2)

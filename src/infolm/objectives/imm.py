@@ -8,24 +8,28 @@ contexts (Eq. 15, Alg. 1) and weighted by λ in the Composite (Eq. 11).
 
 Choices made here (the paper leaves them open for a recurrent model):
 
-* Which short contexts: those at ``positions_per_batch`` positions drawn uniformly from the current
-  batch's inputs (the paper uses every position; the subsample bounds the cost of the k extra passes).
+* Which short contexts: every position of the batch whose short context occurs in training (Eq. 10,
+  12). Positions sharing a short context share its k samples (IMM_t depends on t only through
+  sh(y_-t)): the loss is Σ_s (m_s / n) IMM_s over the batch's distinct short contexts s with m_s
+  occurrences among its n positions, whose expectation (loss and gradient) equals that of
+  independent draws per position. ``positions_per_batch = P > 0`` draws P positions uniformly
+  without replacement instead: the same expected gradient, more variance, less cost.
 * How many samples: k on every j-th optimizer step (``batch.step % j == 0``), 1 otherwise (App. D.2).
 * How an extended context is realized (``realization``):
-    - ``state-bank`` (default): a ring buffer of detached recurrent states recorded by the primary
-      pass (the state after each batch, keyed by the short context of the next input); a sample is
-      one step of the model from a banked state whose short context matches. Cheap (one step per
-      sample) and it is "the state set by the primary branch" (Sec. 6); the gradient flows through
-      that last step only, and banked states come from slightly older parameters.
-    - ``replay``: the ``context_window`` tokens of training stream that end at a sampled occurrence,
-      run from a zero state; the gradient flows through the whole window. Exact for a context
-      truncated to the window, but costs ``context_window`` steps (and logits) per sample.
-  Measured (benchmarks/imm_overhead.py, PTB, 2x200 LSTM, batch 20x35, k=10, j=5, 1 CPU thread on a
-  shared machine): state-bank with 32 positions per batch costs 1.41x an MLE step (1.13-1.25x with
-  sample_chunk=10), replay with only 8 positions 2.35x. After 120 steps (--realizations) the validation
-  perplexities were 682 (state-bank, P=32), 678 (replay, P=8) and 755 (MLE): no quality difference
-  visible at that length, so the cheaper realization is the default. Replay is the one for models
-  without a recurrent state (Transformers).
+    - ``replay`` (default, faithful): fresh samples through the current parameters, as Eq. 15 and the
+      authors' released code: each sample is the ``context_window`` tokens of training stream that
+      end at a uniformly drawn occurrence of the short context (its extended context truncated to
+      the paper's unroll of 35), run from a zero state; the gradient flows through the whole window.
+    - ``state-bank`` (opt-in approximation): a ring buffer of detached recurrent states recorded by
+      the primary pass (the state after each batch, keyed by the short context of the next input);
+      a sample is one step of the model from a banked state whose short context matches. Cheap, but
+      banked states come from older parameters (up to ``bank_size`` / batch rows steps stale), only
+      batch-end positions are banked (frequent contexts are over-represented among the matched
+      positions) and the gradient passes one recurrent step.
+  ``benchmarks/imm_overhead.py`` measures the cost of each against an MLE step (docs/results.md).
+* When: from the first step by default (the paper is silent); ``start_step`` and
+  ``start_below_ppl`` delay the term, and ``start_lr`` resets the learning rate when it starts, as
+  the authors' released code does (IMM once the validation perplexity is below 90, lr reset to 0.5).
 * Gradient: the k-sample estimate's gradient is computed sample by sample with the crosstalk
   decomposition of App. C.2 (memory independent of k), and the IMM loss is returned in its own clip
   group so that the trainer clips it apart from the main objective (App. D.2).
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,18 +66,24 @@ class IMMConfig:
     restricted_order: int = 2  # order n of the restricted n-gram; short context = n-1 previous tokens (Sec. 6: bigram)
     method: str = "modified-kn"  # smoothing of the restricted n-gram (Sec. 6: modified Kneser-Ney)
     clip: float = 0.25  # gradient-norm clip of the IMM gradient, applied apart from the main one (App. D.2); 0: off
-    realization: str = "state-bank"  # state-bank | replay: how a sampled extended context is fed to the model
+    realization: str = "replay"  # replay (fresh samples, Eq. 15) | state-bank (opt-in approximation, stale states)
     context_window: int = 35  # replay: history tokens replayed from a zero state (the paper's unroll length)
-    positions_per_batch: int = 32  # short contexts per batch, drawn from batch.inputs (paper: all positions)
+    positions_per_batch: int = 0  # 0: every position (Eq. 10); P > 0: P positions drawn uniformly (same expectation)
+    start_step: int = 0  # first optimizer step with IMM (paper silent: from the start)
+    start_below_ppl: float = 0.0  # > 0: start once the validation perplexity is below this (released code: 90)
+    start_lr: float = 0.0  # > 0: learning rate set when IMM starts (released code: 0.5 on its summed loss)
     bank_size: int = 65536  # state-bank: detached states kept (ring buffer, oldest overwritten)
     sample_chunk: int = 1  # samples per crosstalk pass: memory grows with this, not k (>= k: plain autograd, faster)
 
     def __post_init__(self) -> None:
         if self.weight < 0:
             raise InfolmError(f"objective.imm.weight must be non-negative, got {self.weight}")
-        for key in ("k", "j", "context_window", "positions_per_batch", "bank_size", "sample_chunk"):
+        for key in ("k", "j", "context_window", "bank_size", "sample_chunk"):
             if getattr(self, key) < 1:
                 raise InfolmError(f"objective.imm.{key} must be at least 1, got {getattr(self, key)}")
+        for key in ("positions_per_batch", "start_step", "start_below_ppl", "start_lr"):
+            if getattr(self, key) < 0:
+                raise InfolmError(f"objective.imm.{key} must be non-negative, got {getattr(self, key)}")
         if self.restricted_order < 2:
             raise InfolmError(f"objective.imm.restricted_order must be at least 2, got {self.restricted_order}")
         if self.clip < 0:
@@ -88,14 +98,20 @@ class IMMConfig:
 # The math: k-sample induced cross-entropy (Eq. 15) and its crosstalk gradient (App. C.2)
 
 
-def induced_cross_entropy(target: Tensor, sample_log_probs: Tensor) -> Tensor:
-    """-Σ_y P̂(y|sh) log (1/k Σ_i Q(y|sh, x_i)), averaged over short contexts (Eq. 15).
+def _weighted_mean(values: Tensor, weights: Tensor | None) -> Tensor:
+    """(P,) -> scalar: the mean, or Σ_p w_p values_p with weights summing to one."""
+    return values.mean() if weights is None else (weights * values).sum()
 
-    ``target`` (P, V) restricted-model probabilities; ``sample_log_probs`` (k, P, V) log Q per sample.
+
+def induced_cross_entropy(target: Tensor, sample_log_probs: Tensor, weights: Tensor | None = None) -> Tensor:
+    """-Σ_y P̂(y|sh) log (1/k Σ_i Q(y|sh, x_i)), averaged over short contexts (Eqs. 12, 15).
+
+    ``target`` (P, V) restricted-model probabilities; ``sample_log_probs`` (k, P, V) log Q per sample;
+    ``weights`` (P,) summing to one (each short context's share of the batch positions), else uniform.
     """
     k = sample_log_probs.size(0)
     log_induced = torch.logsumexp(sample_log_probs, dim=0) - math.log(k)  # (P, V) log Q̂, Eq. 21
-    return -(target * log_induced).sum(-1).mean()
+    return _weighted_mean(-(target * log_induced).sum(-1), weights)
 
 
 SampleFn = Callable[[int], Tensor]  # chunk index -> (c, P, V) log-probabilities of c samples
@@ -111,7 +127,9 @@ class _CrosstalkInducedCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, sample_fn: SampleFn, num_chunks: int, target: Tensor, *params: Tensor) -> Tensor:
+    def forward(
+        ctx: Any, sample_fn: SampleFn, num_chunks: int, target: Tensor, weights: Tensor | None, *params: Tensor
+    ) -> Tensor:
         log_total: Tensor | None = None
         count = 0
         for chunk in range(num_chunks):
@@ -120,9 +138,9 @@ class _CrosstalkInducedCrossEntropy(torch.autograd.Function):
             chunk_total = torch.logsumexp(log_probs, dim=0)
             log_total = chunk_total if log_total is None else torch.logaddexp(log_total, chunk_total)
         assert log_total is not None
-        ctx.sample_fn, ctx.num_chunks = sample_fn, num_chunks
+        ctx.sample_fn, ctx.num_chunks, ctx.weights = sample_fn, num_chunks, weights
         ctx.save_for_backward(target, log_total, *params)
-        return -(target * (log_total - math.log(count))).sum(-1).mean()
+        return _weighted_mean(-(target * (log_total - math.log(count))).sum(-1), weights)
 
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:
@@ -132,19 +150,20 @@ class _CrosstalkInducedCrossEntropy(torch.autograd.Function):
             with torch.enable_grad():
                 log_probs = ctx.sample_fn(chunk)  # (c, P, V), recomputed with a graph
                 crosstalk = torch.exp(log_probs.detach() - log_total)  # C_i(y), App. C.2 (constant)
-                surrogate = -(target * crosstalk * log_probs).sum(dim=(0, 2)).mean() * grad_loss
+                per_context = -(target * crosstalk * log_probs).sum(dim=(0, 2))  # (P,)
+                surrogate = _weighted_mean(per_context, ctx.weights) * grad_loss
                 chunk_grads = torch.autograd.grad(surrogate, params, allow_unused=True)
             for index, grad in enumerate(chunk_grads):
                 if grad is not None:
                     grads[index] = grad if grads[index] is None else grads[index] + grad  # type: ignore[operator]
-        return (None, None, None, *grads)
+        return (None, None, None, None, *grads)
 
 
 def crosstalk_induced_cross_entropy(
-    sample_fn: SampleFn, num_chunks: int, target: Tensor, params: Sequence[Tensor]
+    sample_fn: SampleFn, num_chunks: int, target: Tensor, params: Sequence[Tensor], weights: Tensor | None = None
 ) -> Tensor:
     """Eq. 15 over ``num_chunks`` chunks of samples with the memory-saving crosstalk gradient (App. C.2)."""
-    loss: Tensor = _CrosstalkInducedCrossEntropy.apply(sample_fn, num_chunks, target, *params)
+    loss: Tensor = _CrosstalkInducedCrossEntropy.apply(sample_fn, num_chunks, target, weights, *params)
     return loss
 
 
@@ -275,12 +294,49 @@ def _at_least_fp32(logits: Tensor) -> Tensor:
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
+def _first_occurrences(ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(N,) ids -> distinct ids (U,), the index of each one's first occurrence (U,), their counts (U,)."""
+    unique_ids, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+    first = torch.full((len(unique_ids),), len(ids), dtype=torch.long).scatter_reduce(
+        0, inverse, torch.arange(len(ids)), reduce="amin"
+    )
+    return unique_ids, first, counts
+
+
 # ----------------------------------------------------------------------------------------------
+
+
+def _last_log_probs(model: nn.Module, windows: Tensor, lengths: Tensor) -> Tensor:
+    """(N, W) token windows, (N,) used lengths -> (N, V) log Q(· | windows[n, :lengths[n]]).
+
+    The history before the last token goes through ``state_after`` (no softmax layer), the last token
+    through the model: logits are computed only where they are read. Rows are grouped by length
+    (all rows are full-length except samples near the start of the stream).
+    """
+    device = windows.device
+    out: Tensor | None = None
+    for length in torch.unique(lengths).tolist():
+        rows = torch.nonzero(lengths == length).squeeze(1)
+        tokens = windows[rows, :length]  # (n, length)
+        state = model.init_state(len(rows), device)  # type: ignore[operator]
+        if length > 1:
+            state = model.state_after(tokens[:, :-1], state)  # type: ignore[operator]
+        logits = model(tokens[:, -1:], state).logits[:, 0]  # (n, V)
+        log_probs = torch.log_softmax(_at_least_fp32(logits), dim=-1)
+        if out is None:
+            if len(rows) == len(windows):
+                return log_probs
+            out = log_probs.new_empty((len(windows), log_probs.size(-1)))
+        out = out.index_copy(0, rows, log_probs)
+    assert out is not None
+    return out
 
 
 @register_objective("imm", config=IMMConfig)
 class IMM(Objective):
     """Induced model matching against a restricted n-gram (Eqs. 12-15, Alg. 1)."""
+
+    started: Tensor  # bool buffer: the term is active (start_step / start_below_ppl reached)
 
     def __init__(self, config: IMMConfig, restricted: Any = None) -> None:
         super().__init__()
@@ -288,6 +344,9 @@ class IMM(Objective):
         self.restricted = restricted  # object with next_token_distribution((N, L)) -> (N, V); built in setup if None
         self.index: ShortContextIndex | None = None
         self.bank = StateBank(config.bank_size)
+        delayed = config.start_step > 0 or config.start_below_ppl > 0
+        self.register_buffer("started", torch.tensor(not delayed))  # saved with the objective's state
+        self._lr_reset: float | None = None
 
     @property
     def context_len(self) -> int:
@@ -307,28 +366,56 @@ class IMM(Objective):
             order, method, eos = self.config.restricted_order, self.config.method, corpus.vocab.eos_id
             self.restricted = build_ngram(stream, vocab_size, order, method=method, history_id=eos)
 
+    # -- when -----------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if bool(self.started):
+            return
+        self.started.fill_(True)
+        if self.config.start_lr > 0:
+            self._lr_reset = self.config.start_lr
+
+    def on_step_end(self, step: int, metrics: Mapping[str, float]) -> None:
+        if self.config.start_step > 0 and step >= self.config.start_step:
+            self._start()
+
+    def on_evaluation(self, step: int, valid_loss: float) -> None:
+        threshold = self.config.start_below_ppl
+        if threshold > 0 and valid_loss < math.log(threshold):
+            self._start()
+
+    def pop_lr_reset(self) -> float | None:
+        reset, self._lr_reset = self._lr_reset, None
+        return reset
+
+    # -- the term -------------------------------------------------------------------------------
+
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         if self.index is None or self.restricted is None:
             raise RuntimeError("IMM.setup(corpus, model) must run before training")
         config = self.config
         device = next(model.parameters()).device
-        k = config.k if batch.step % config.j == 0 else 1
-        contexts, context_ids = self._select(batch)  # (P, L), (P,)
         terms = Terms(clip_groups={"imm": config.clip})
-        if len(context_ids) == 0:  # nothing to match yet (e.g. an empty state bank)
+        terms.metrics["imm_active"] = float(bool(self.started))
+        if not bool(self.started):  # before start_step / start_below_ppl: no compute, no RNG use
+            terms.losses["imm"] = torch.zeros((), device=device, requires_grad=True)
+            return terms
+        k = config.k if batch.step % config.j == 0 else 1
+        contexts, context_ids, weights = self._select(batch)  # (P, L), (P,), (P,)
+        if len(context_ids) == 0:  # nothing to match (e.g. an empty state bank)
             terms.losses["imm"] = torch.zeros((), device=device, requires_grad=True)
         else:
             target = self.restricted.next_token_distribution(contexts)  # (P, V) P̂(y|sh)
-            target = torch.as_tensor(target).to(
-                device=device, dtype=torch.promote_types(output.logits.dtype, torch.float32)
-            )
+            dtype = torch.promote_types(output.logits.dtype, torch.float32)
+            target = torch.as_tensor(target).to(device=device, dtype=dtype)
+            weights = weights.to(device=device, dtype=dtype)
             sample_fn, num_chunks = self._sampler(model, contexts, context_ids, k, device)
             if num_chunks == 1:  # plain autograd through the log-mean (1-sample steps, or sample_chunk >= k)
-                terms.losses["imm"] = induced_cross_entropy(target, sample_fn(0))
+                terms.losses["imm"] = induced_cross_entropy(target, sample_fn(0), weights)
             else:
                 params = [p for p in model.parameters() if p.requires_grad]
-                terms.losses["imm"] = crosstalk_induced_cross_entropy(sample_fn, num_chunks, target, params)
-        terms.metrics["imm_positions"] = float(len(context_ids))
+                terms.losses["imm"] = crosstalk_induced_cross_entropy(sample_fn, num_chunks, target, params, weights)
+        terms.metrics["imm_contexts"] = float(len(context_ids))
         terms.metrics["imm_k"] = float(k)
         if config.realization == "state-bank":
             self._record(batch, output)
@@ -336,24 +423,33 @@ class IMM(Objective):
 
     # -- which short contexts -------------------------------------------------------------------
 
-    def _select(self, batch: Batch) -> tuple[Tensor, Tensor]:
-        """Up to ``positions_per_batch`` short contexts of ``batch.inputs`` that occur in training."""
+    def _select(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+        """The distinct short contexts of the selected positions of ``batch.inputs`` (Eq. 12).
+
+        Returns their tokens (U, L), context ids (U,) and weights (U,): each context's share of the
+        selected positions. Positions: all whose context occurs in training (Eq. 10), or
+        ``positions_per_batch`` of them drawn uniformly without replacement.
+        """
         assert self.index is not None
         length = self.context_len
         inputs, targets = batch.inputs.cpu(), batch.targets.cpu()
+        empty = inputs.new_zeros((0, length)), inputs.new_zeros((0,)), torch.zeros(0)
         if inputs.size(1) < length:
-            return inputs.new_zeros((0, length)), inputs.new_zeros((0,))
+            return empty
         contexts = inputs.unfold(1, length, 1)  # (B, T-L+1, L), context ending at t = L-1..T-1
         ids = self.index.lookup(contexts)  # (B, T-L+1)
         eligible = (ids >= 0) & (targets[:, length - 1 :] != IGNORE_INDEX)
         flat_contexts, flat_ids = contexts.reshape(-1, length)[eligible.reshape(-1)], ids[eligible]
-        if self.config.realization == "state-bank":
+        if self.config.realization == "state-bank":  # only contexts with a banked state (a biased subset)
             has_state = self.bank.available(flat_ids)
             flat_contexts, flat_ids = flat_contexts[has_state], flat_ids[has_state]
-        if len(flat_ids) > self.config.positions_per_batch:
+        if 0 < self.config.positions_per_batch < len(flat_ids):
             keep = torch.randperm(len(flat_ids))[: self.config.positions_per_batch]
             flat_contexts, flat_ids = flat_contexts[keep], flat_ids[keep]
-        return flat_contexts, flat_ids
+        if len(flat_ids) == 0:
+            return empty
+        unique_ids, first, counts = _first_occurrences(flat_ids)
+        return flat_contexts[first], unique_ids, counts.double() / len(flat_ids)
 
     # -- how extended contexts are fed ------------------------------------------------------------
 
@@ -367,25 +463,22 @@ class IMM(Objective):
         num_positions = len(context_ids)
 
         if self.config.realization == "replay":
-            occurrences = self.index.sample(context_ids, k)  # (k, P) stream positions
+            occurrences = self.index.sample(context_ids, k)  # (k, P) stream positions, fresh each call
             stream = self.index.stream
             window = min(self.config.context_window, len(stream))
             start = (occurrences - window + 1).clamp(min=0)  # (k, P)
             windows = stream[start.unsqueeze(-1) + torch.arange(window)].to(device)  # (k, P, W)
-            read = (occurrences - start).to(device)  # (k, P): the occurrence's place in its window
+            lengths = (occurrences - start + 1).to(device)  # (k, P): tokens up to and including the occurrence
 
             def replay_fn(index: int) -> Tensor:
                 rows = windows[index * chunk : (index + 1) * chunk]  # (c, P, W)
-                flat = rows.reshape(-1, window)
                 with eval_mode(model):
-                    logits = model(flat, model.init_state(flat.size(0), device)).logits  # type: ignore[operator]  # (c*P, W, V)
-                picked = logits[
-                    torch.arange(flat.size(0), device=device), read[index * chunk : (index + 1) * chunk].reshape(-1)
-                ]
-                return torch.log_softmax(_at_least_fp32(picked), dim=-1).view(rows.size(0), num_positions, -1)
+                    log_probs = _last_log_probs(
+                        model, rows.reshape(-1, window), lengths[index * chunk : (index + 1) * chunk].reshape(-1)
+                    )  # (c*P, V)
+                return log_probs.view(rows.size(0), num_positions, -1)
 
             return replay_fn, num_chunks
-
         leaves = self.bank.sample(context_ids, k)  # per leaf (k*P, ...)
         last_tokens = contexts[:, -1].to(device)  # (P,): the state precedes the short context's last token
 
