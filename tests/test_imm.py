@@ -467,11 +467,19 @@ def test_delayed_start_and_learning_rate_reset() -> None:
     assert bool(by_step.started) and by_step.pop_lr_reset() is None
 
 
-def test_lstm_state_after_equals_the_forward_state() -> None:
-    from infolm.models import MODELS
+def test_trainer_starts_imm_late_and_resets_the_learning_rate(tmp_path: Any) -> None:
+    from infolm.training.metrics import read_metrics
+    from tests.conftest import run_cli
 
-    model = MODELS.build("lstm", {"emb": 8, "hidden": 6, "layers": 2, "dropout": 0.5}, vocab_size=VOCAB).eval()
-    tokens = make_stream(30).view(3, 10)
-    start = model.init_state(3)
-    for (h, c), (h2, c2) in zip(model(tokens, start).state, model.state_after(tokens, start), strict=True):
-        assert torch.equal(h, h2) and torch.equal(c, c2)
+    imm = "{weight: 0.2, k: 2, j: 2, positions_per_batch: 8, context_window: 5, start_step: 3, start_lr: 5.0}"
+    result = run_cli(
+        "train", "configs/tiny.yaml", f"run.dir={tmp_path}", "train.max_steps=6", "train.log_every=1",
+        "train.eval_every=0", f"objective.imm={imm}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    steps = {r["step"]: r for r in records if "loss" in r and r.get("split") != "valid"}
+    assert [steps[s]["imm_active"] for s in range(1, 7)] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    assert [steps[s]["lr"] for s in range(1, 7)] == [20.0, 20.0, 20.0, 5.0, 5.0, 5.0]  # the lr each step used
+    assert [(r["step"], r["lr"]) for r in records if r.get("event") == "lr_reset"] == [(3, 5.0)]
+    assert steps[3]["imm"] == 0.0 and steps[4]["imm"] > 0.0

@@ -62,6 +62,20 @@ def test_state_carry_over_equals_one_pass(name):
     torch.testing.assert_close(torch.cat([first.logits, second.logits], 1), full.logits, rtol=1e-5, atol=1e-5)
 
 
+def test_state_after_equals_the_forward_state(name):
+    """``state_after`` (no softmax layer) gives the state of a full forward pass, in evaluation mode."""
+    from torch.utils._pytree import tree_flatten
+
+    torch.manual_seed(0)
+    model = tiny_model(name, V).eval()
+    tokens = torch.randint(0, V, (2, 7))
+    expected, _ = tree_flatten(model(tokens, model.init_state(2)).state)
+    got, _ = tree_flatten(model.state_after(tokens, model.init_state(2)))
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_unknown_model_lists_known_ones():
     from infolm.errors import InfolmError
 
@@ -73,3 +87,17 @@ def test_lstm_tied_and_uniform_init():
     model = tiny_model("lstm", V, init_range=0.05)
     assert model.decoder.weight is model.embedding.weight
     assert max(p.abs().max().item() for p in model.parameters()) <= 0.05
+
+
+def test_lstm_per_step_dropout_varies_the_mask_over_time() -> None:
+    """locked_dropout=False (Xie et al.'s setup): a new mask at each step; locked: one per sequence."""
+    from infolm.models.dropout import sequence_dropout
+
+    x = torch.ones(2, 50, 30)
+    torch.manual_seed(14)
+    locked = sequence_dropout(x, 0.5, True, locked=True)
+    per_step = sequence_dropout(x, 0.5, True, locked=False)
+    assert torch.equal(locked, locked[:, :1].expand_as(locked))
+    assert not torch.equal(per_step, per_step[:, :1].expand_as(per_step))
+    assert set(per_step.unique().tolist()) == {0.0, 2.0}
+    assert torch.equal(sequence_dropout(x, 0.5, False, locked=False), x)

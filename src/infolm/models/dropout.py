@@ -15,6 +15,12 @@ def locked_dropout(x: Tensor, p: float, training: bool) -> Tensor:
     return x * mask
 
 
+def sequence_dropout(x: Tensor, p: float, training: bool, locked: bool) -> Tensor:
+    """Dropout on (B, T, H): one mask per sequence if ``locked`` (AWD), else a new mask at each time
+    step (Zaremba et al. 2014, the setup of Xie et al. 2017)."""
+    return locked_dropout(x, p, training) if locked else F.dropout(x, p, training)
+
+
 def embedding_dropout(weight: Tensor, p: float, training: bool) -> Tensor:
     """Drop whole word types (rows of the embedding matrix), Gal & Ghahramani 2016."""
     if not training or p == 0.0:

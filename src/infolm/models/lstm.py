@@ -12,7 +12,7 @@ from torch.func import functional_call
 
 from infolm.errors import InfolmError
 from infolm.models.base import LanguageModel, LMOutput, State, register_model
-from infolm.models.dropout import embedding_dropout, locked_dropout, uniform_init_, weight_drop
+from infolm.models.dropout import embedding_dropout, sequence_dropout, uniform_init_, weight_drop
 
 
 @dataclasses.dataclass
@@ -21,11 +21,12 @@ class LSTMConfig:
     hidden: int = 200  # hidden size of every layer but the last (all layers when untied)
     layers: int = 2  # stacked LSTM layers
     tie_weights: bool = True  # share the embedding and softmax matrices (Press & Wolf 2017)
-    dropout: float = 0.0  # locked dropout on the last layer's output (AWD: 0.4)
-    dropout_input: float = 0.0  # locked dropout on the embeddings (AWD dropouti: 0.65)
-    dropout_hidden: float = 0.0  # locked dropout between layers (AWD dropouth: 0.3)
+    dropout: float = 0.0  # dropout on the last layer's output (AWD: 0.4, locked)
+    dropout_input: float = 0.0  # dropout on the embeddings (AWD dropouti: 0.65, locked)
+    dropout_hidden: float = 0.0  # dropout between layers (AWD dropouth: 0.3, locked)
     dropout_embedding: float = 0.0  # word-type dropout on the embedding matrix (AWD dropoute: 0.1)
     weight_drop: float = 0.0  # DropConnect on hidden-to-hidden weights (AWD wdrop: 0.5)
+    locked_dropout: bool = True  # one dropout mask per sequence (AWD); False: a new mask per time step (Xie et al.)
     init_range: float = 0.1  # uniform init range of all weights (Zaremba et al.: 0.1); 0 keeps PyTorch's
 
     def __post_init__(self) -> None:
@@ -78,31 +79,31 @@ class LSTMLM(LanguageModel):
         """The state after ``tokens`` without the softmax layer (equals ``self(tokens, state).state``)."""
         if state is None:
             state = self.init_state(tokens.size(0), tokens.device)
-        config = self.config
+        config, locked = self.config, self.config.locked_dropout
         weight = embedding_dropout(self.embedding.weight, config.dropout_embedding, self.training)
-        x = locked_dropout(F.embedding(tokens, weight), config.dropout_input, self.training)  # (B, T, E)
+        x = sequence_dropout(F.embedding(tokens, weight), config.dropout_input, self.training, locked)  # (B, T, E)
         new_state = []
         for layer, rnn in enumerate(self.rnns):
             x, layer_state = self._run_layer(cast(nn.LSTM, rnn), x, state[layer])  # (B, T, H_l)
             new_state.append(layer_state)
             if layer < len(self.rnns) - 1:
-                x = locked_dropout(x, config.dropout_hidden, self.training)
+                x = sequence_dropout(x, config.dropout_hidden, self.training, locked)
         return new_state
 
     def forward(self, tokens: Tensor, state: State = None) -> LMOutput:
-        config = self.config
+        config, locked = self.config, self.config.locked_dropout
         if state is None:
             state = self.init_state(tokens.size(0), tokens.device)
         weight = embedding_dropout(self.embedding.weight, config.dropout_embedding, self.training)
         x = F.embedding(tokens, weight)  # (B, T, E)
-        x = locked_dropout(x, config.dropout_input, self.training)
+        x = sequence_dropout(x, config.dropout_input, self.training, locked)
         raw_hiddens, hiddens, new_state = [], [], []
         for layer, rnn in enumerate(self.rnns):
             x, layer_state = self._run_layer(cast(nn.LSTM, rnn), x, state[layer])  # (B, T, H_l)
             raw_hiddens.append(x)
             new_state.append(layer_state)
             last = layer == len(self.rnns) - 1
-            x = locked_dropout(x, config.dropout if last else config.dropout_hidden, self.training)
+            x = sequence_dropout(x, config.dropout if last else config.dropout_hidden, self.training, locked)
             hiddens.append(x)
         logits = self.decoder(x)  # (B, T, V)
         return LMOutput(logits=logits, hiddens=hiddens, state=new_state, raw_hiddens=raw_hiddens)
