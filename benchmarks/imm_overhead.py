@@ -3,12 +3,15 @@
 Same LSTM, same PTB batches, same step (forward, backward, per-group clipping as in App. D.2, SGD).
 MLE and IMM steps alternate in blocks of j so that both see the same machine load.
 
-    python benchmarks/imm_overhead.py --json                 # {"step_time_ratio": ...}
-    python benchmarks/imm_overhead.py --realizations         # cost and quality: state-bank vs replay
+    python benchmarks/imm_overhead.py --json                 # the default: replay at every position
+    python benchmarks/imm_overhead.py --json --positions 16  # replay, 16 positions drawn per batch
+    python benchmarks/imm_overhead.py --json --realization state-bank --positions 32
+    python benchmarks/imm_overhead.py --realizations         # cost and quality of each against MLE
 
-``--realizations`` trains the same small model with MLE, IMM (state-bank) and IMM (replay) for
-``--train-steps`` steps on a prefix of PTB and reports step time, validation perplexity and the
-induced-bigram validation perplexity of each.
+The JSON names the realization and the positions it ran (``positions_per_batch`` 0: every position,
+Eq. 10). ``--realizations`` trains the same small model with MLE and each IMM setting for
+``--train-steps`` steps and reports step time, validation perplexity and the induced-bigram
+validation perplexity of each (a smoke comparison: convergence needs the full runs).
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ def imm_terms(args: argparse.Namespace, realization: str, positions: int | None 
         k=args.k,
         j=args.j,
         realization=realization,
-        positions_per_batch=positions or args.positions,
+        positions_per_batch=args.positions if positions is None else positions,
         sample_chunk=args.sample_chunk,
     )
     return {"mle": MLE(), "imm": IMM(config)}
@@ -181,8 +184,8 @@ def realizations(args: argparse.Namespace, corpus: Any, device: torch.device) ->
 
     out: dict[str, Any] = {}
     small = args.replay_positions
-    runs = [("mle", None, None), (f"state-bank-P{args.positions}", "state-bank", args.positions)]
-    runs += [(f"state-bank-P{small}", "state-bank", small), (f"replay-P{small}", "replay", small)]
+    runs = [("mle", None, None), ("replay-every-position", "replay", 0), (f"replay-P{small}", "replay", small)]
+    runs += [("state-bank-P32", "state-bank", 32)]
     for name, realization, positions in runs:
         torch.manual_seed(args.seed)
         model = build(args, len(corpus.vocab), device)
@@ -205,7 +208,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--realizations", action="store_true", help="compare state-bank and replay (cost, quality)")
-    parser.add_argument("--realization", default="state-bank", choices=("state-bank", "replay"))
+    parser.add_argument("--realization", default=IMMConfig.realization, choices=("state-bank", "replay"))
     parser.add_argument("--hidden", type=int, default=200)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.2)
@@ -215,8 +218,8 @@ def main() -> None:
     parser.add_argument("--clip", type=float, default=0.25)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--j", type=int, default=5)
-    parser.add_argument("--positions", type=int, default=IMMConfig.positions_per_batch)
-    parser.add_argument("--replay-positions", type=int, default=8, help="--realizations: P of the replay run")
+    parser.add_argument("--positions", type=int, default=IMMConfig.positions_per_batch, help="0: every position")
+    parser.add_argument("--replay-positions", type=int, default=16, help="--realizations: P of the sampled replay run")
     parser.add_argument("--sample-chunk", type=int, default=IMMConfig.sample_chunk)
     parser.add_argument("--steps", type=int, default=40, help="timed steps per run (multiple of j)")
     parser.add_argument("--warmup", type=int, default=60)
