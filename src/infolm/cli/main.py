@@ -192,6 +192,18 @@ def cmd_ngram_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pareto(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from infolm.latent.pareto import collect, write
+
+    points = collect(args.run_dirs, args.nll_key, args.mi_key, [k for k in args.label.split(",") if k])
+    write(points, Path(args.out), args.nll_key, args.mi_key, args.optimum)
+    kept = sum(p.on_frontier for p in points)
+    _print({"runs": len(points), "on_frontier": kept, "csv": f"{args.out}/pareto.csv"}, args.json)
+    return 0
+
+
 def make_parser() -> Parser:
     parser = Parser(prog="infolm", description="Train, regularize and evaluate language models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -241,6 +253,16 @@ def make_parser() -> Parser:
     from infolm.sweep import add_sweep_parser
 
     add_sweep_parser(sub)
+
+    p = sub.add_parser("pareto", help="NLL-vs-MI Pareto frontier of latent-variable runs (PNG and CSV)")
+    p.add_argument("run_dirs", nargs="+", help="run directories, or sweep directories (their trial-* runs)")
+    p.add_argument("--out", required=True, help="directory for pareto.csv and pareto.png")
+    p.add_argument("--nll-key", default="nll_per_token", help="NLL field of the evaluation records")
+    p.add_argument("--mi-key", default="mi_per_token", help="MI field of the evaluation records")
+    p.add_argument("--label", default="", help="comma-separated config keys that name a curve (default: objective)")
+    p.add_argument("--optimum", type=float, default=None, help="draw the optimal NLL (synthetic task: 9.2103)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_pareto)
 
     p = sub.add_parser("info", help="datasets, models and objectives known to the registries")
     p.add_argument("--json", action="store_true")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from infolm.config import DataConfig
 from infolm.data.corpus import SPLITS, Corpus, read_text
+from infolm.data.uniform_symbols import uniform_symbol_texts
 from infolm.errors import InfolmError
 
 PACKAGE_DATA = Path(__file__).parent
@@ -45,6 +46,7 @@ class DatasetSpec:
     split_fractions: tuple[float, float, float] | None = None  # one file cut into train/valid/test
     split_by_chars: bool = False  # cut by characters (enwik8, text8) instead of by lines
     kind: str = "text"  # text (LM corpus) | qa (answer ranking, JSON lines) | labelled (sentences, labels)
+    generate: Callable[[], dict[str, str]] | None = None  # synthetic: split -> text, made here (no files)
 
 
 def _ptb_to_char(split: str, text: str) -> str:
@@ -73,6 +75,14 @@ _COLA_SHA = {
 DATASETS: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in [
+        DatasetSpec(
+            "uniform-symbols",
+            "word",
+            {},
+            {},
+            "one symbol per line, uniform over 10,000 (Melis thesis Sec. 5.7.1; optimal NLL ln 10,000 = 9.2103)",
+            generate=uniform_symbol_texts,
+        ),
         DatasetSpec("ptb", "word", _PTB_FILES, _PTB_REMOTE, "Penn Treebank, Mikolov's word-level splits (embedded)"),
         DatasetSpec(
             "ptb-char", "char", _PTB_FILES, _PTB_REMOTE, "PTB characters derived the Mikolov way", _ptb_to_char
@@ -218,7 +228,9 @@ def dataset_texts(name: str) -> tuple[DatasetSpec, dict[str, str]]:
     spec = DATASETS[name]
     if spec.kind != "text":
         raise InfolmError(f"dataset {name} is a {spec.kind} dataset, not a text corpus to train a language model on")
-    if spec.split_fractions is not None:
+    if spec.generate is not None:
+        texts = spec.generate()
+    elif spec.split_fractions is not None:
         text = read_text(locate(spec, "all"))
         units: list[str] | str = text if spec.split_by_chars else text.splitlines()
         n_train = int(len(units) * spec.split_fractions[0])

@@ -42,6 +42,10 @@ class LatentVariableModel(nn.Module):
         """ln p(x|z) for every draw: z (K, B, *event) -> (K, B), in one batched pass."""
         raise NotImplementedError
 
+    def scored_tokens(self, lengths: Tensor) -> Tensor:
+        """Tokens ln p(x|z) scores per example (per-token metrics divide by their sum): ``lengths``."""
+        return lengths
+
 
 @dataclasses.dataclass
 class LatentDraws:

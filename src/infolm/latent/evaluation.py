@@ -124,13 +124,14 @@ class LatentAccumulator:
 def evaluate_latent(
     model: LatentVariableModel, batches: Iterable[tuple[Tensor, Tensor]], samples: int = 100, chunk: int = 0
 ) -> LatentMetrics:
-    """Metrics over ``(tokens, lengths)`` batches; tokens scored per example are ``lengths``."""
+    """Metrics over ``(tokens, lengths)`` batches; per-token values divide by ``model.scored_tokens``."""
     was_training = model.training
     model.eval()
     try:
         accumulator = LatentAccumulator(samples)
         for tokens, lengths in batches:
-            accumulator.add(latent_bounds(model, tokens, lengths, samples, chunk), int(lengths.sum()))
+            bounds = latent_bounds(model, tokens, lengths, samples, chunk)
+            accumulator.add(bounds, int(model.scored_tokens(lengths).sum()))
         return accumulator.metrics()
     finally:
         model.train(was_training)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributions import Distribution
@@ -98,6 +99,10 @@ class SyntheticLatentModel(LatentVariableModel):
 
     def prior(self) -> Distribution:
         return self.latent.prior()
+
+    def scored_tokens(self, lengths: Tensor) -> Tensor:
+        """One symbol per example (a row's trailing <eos> is not modelled)."""
+        return torch.ones_like(lengths)
 
     def log_likelihood(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> Tensor:
         K, B = z.shape[:2]

@@ -147,7 +147,7 @@ class MonteCarloObjective(Objective):
         tokens, lengths = sentence_rows(batch)
         out = objective_surrogate(model, tokens, lengths, self.terms, self.config.estimator)
         h, r = out.draws.log_likelihood, out.draws.log_ratio
-        count = int(lengths.sum())
+        count = int(model.scored_tokens(lengths).sum())
         metrics = {
             f"{self.name}_objective": float(out.value.mean()),
             f"{self.name}_nll_bound": float(-iwae_bound(h, r).mean()),  # per sentence, from the training draws
