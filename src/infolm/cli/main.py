@@ -264,6 +264,10 @@ def make_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_pareto)
 
+    from infolm.cli.latent import add_latent_parser
+
+    add_latent_parser(sub)
+
     p = sub.add_parser("info", help="datasets, models and objectives known to the registries")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)

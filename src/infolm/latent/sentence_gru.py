@@ -149,6 +149,10 @@ class SentenceGRU(LatentVariableModel):
             lp = lp + self.log_length_prior[scored.clamp(max=self.config.max_length)]  # + ln p(T), Eq. 2
         return lp
 
+    def scored_tokens(self, lengths: Tensor) -> Tensor:
+        """Positions ln p(x|z) scores per sentence: words and ``<eos>``, or the words alone with p(T)."""
+        return lengths - 1 if self.config.length_prior else lengths
+
     def fit_length_prior(self, word_counts: Tensor) -> None:
         """Set p(T) to the empirical distribution of the training sentences' word counts (Eq. 2),
         with add-one smoothing over 1..max_length so unseen lengths keep a finite likelihood."""

@@ -27,7 +27,9 @@ class AutoEncoder(Objective):
     """Deterministic auto-encoder: -ln p(x | E[q(z|x)]), no KL term (Sec. 4.5)."""
 
     needs = frozenset({"sentences"})
+    protocols = frozenset({"latent-variable"})
     name = "ae"
+    deterministic_latent = True  # its codes are the posterior means: evaluate and decode with those
 
     def __init__(self, config: AEConfig) -> None:
         super().__init__()

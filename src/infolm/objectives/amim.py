@@ -42,6 +42,7 @@ class AMIM(Objective):
     """A-MIM (SentenceMIM Alg. 1): -ln p(x|z) - 1/2 (ln q(z|x) + ln P(z)), z ~ q(z|x) reparameterized."""
 
     needs = frozenset({"sentences"})
+    protocols = frozenset({"latent-variable"})
     name = "amim"
 
     def __init__(self, config: AMIMConfig) -> None:

@@ -47,6 +47,7 @@ class ELBO(Objective):
     """Negative ELBO of a latent-variable model, analytic KL, optional KL annealing (sVAE)."""
 
     needs = frozenset({"sentences"})
+    protocols = frozenset({"latent-variable"})
     name = "elbo"
 
     def __init__(self, config: ELBOConfig) -> None:

@@ -1,0 +1,196 @@
+"""``infolm latent reconstruct|interpolate|sample|evaluate RUN``: a trained sentence latent-variable
+model from the command line (SentenceMIM Sec. 4.7, App. D; the evaluation of Tables 2, 6, 7)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from infolm.errors import InfolmError
+
+MODES = ("mean", "sample", "perturb")
+
+
+def add_latent_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("latent", help="reconstruct, interpolate, sample or evaluate a latent-variable run")
+    sub = p.add_subparsers(dest="latent_command", required=True, parser_class=type(p))
+
+    q = sub.add_parser("reconstruct", help="greedy reconstructions of sentences")
+    q.add_argument("run_dir")
+    q.add_argument("sentences", nargs="+", help="sentences (whitespace-tokenized, quoted)")
+    q.add_argument(
+        "--mode", choices=MODES, default=None, help="latent code: mean, sample (default) or perturb (10 sigma)"
+    )
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_reconstruct)
+
+    q = sub.add_parser("interpolate", help="decode codes on the segment between two sentences' codes")
+    q.add_argument("run_dir")
+    q.add_argument("start", help="first sentence")
+    q.add_argument("end", help="last sentence")
+    q.add_argument("--steps", type=int, default=10, help="codes from start to end, both included")
+    q.add_argument("--mode", choices=MODES, default=None, help="codes of the two sentences (default: sample)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_interpolate)
+
+    q = sub.add_parser("sample", help="sentences decoded from z ~ N(0, std^2 I)")
+    q.add_argument("run_dir")
+    q.add_argument("--count", type=int, default=5)
+    q.add_argument("--std", type=float, default=0.1, help="standard deviation of z (App. D.3: 0.1)")
+    q.add_argument("--sampled", action="store_true", help="sample every token (default: greedy)")
+    q.add_argument("--max-length", type=int, default=50)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_sample)
+
+    q = sub.add_parser("evaluate", help="IWAE-K NLL, KL, MI, active units, BLEU-1, latent entropy; MELBO apart")
+    q.add_argument("run_dir")
+    q.add_argument("--split", choices=("train", "valid", "test"), default="test")
+    q.add_argument("--samples", type=int, default=500, help="K draws of the IWAE bound (valid 100, test 500)")
+    q.add_argument("--chunk", type=int, default=50, help="draws per decoder pass (memory)")
+    q.add_argument("--batch-size", type=int, default=20, help="sentences per batch")
+    q.add_argument("--max-sentences", type=int, default=0, help="score only the first N sentences (0: all)")
+    q.add_argument("--mode", choices=MODES, default=None, help="codes for BLEU and entropy (default: sample)")
+    q.add_argument("--melbo", action="store_true", help="also MELBO (Eq. 16), printed apart with its caveat")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_evaluate)
+
+
+def _load(run_dir: str) -> tuple[Any, Any, Any]:
+    from infolm.build import load_run
+    from infolm.latent.base import LatentVariableModel
+
+    config, corpus, model = load_run(run_dir, "cpu")
+    if not isinstance(model, LatentVariableModel):
+        raise InfolmError(f"{run_dir} holds a {config.model['name']} model, not a latent-variable model")
+    return config, corpus, model
+
+
+def _mode(config: Any, requested: str | None) -> str:
+    """The run's objectives say whether its codes are deterministic (an auto-encoder): then only ``mean``."""
+    from infolm.objectives import OBJECTIVES
+
+    deterministic = any(
+        getattr(OBJECTIVES.get(name).factory, "deterministic_latent", False) for name in config.objective
+    )
+    if deterministic:
+        if requested not in (None, "mean"):
+            raise InfolmError(f"--mode {requested}: this run is a deterministic auto-encoder; its codes are means")
+        return "mean"
+    return requested or "sample"
+
+
+def _encode_sentence(corpus: Any, text: str, run_dir: str) -> list[int]:
+    from infolm.data.vocab import UNK
+
+    words = text.split()
+    if not words:
+        raise InfolmError("a sentence to encode is empty")
+    vocab = corpus.vocab
+    known = [w for w in words if w in vocab and w != UNK]
+    if not known:
+        raise InfolmError(f"sentence {text!r} has no word in the vocabulary of {run_dir}")
+    if UNK not in vocab:
+        missing = [w for w in words if w not in vocab]
+        if missing:
+            raise InfolmError(f"word {missing[0]!r} is not in the vocabulary of {run_dir} (which has no {UNK})")
+    return vocab.encode(words, unk_ok=True)
+
+
+def _words(corpus: Any, ids: list[int]) -> str:
+    return " ".join(corpus.vocab.decode(ids))
+
+
+def _emit(lines: list[str], key: str, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({key: lines}))
+    else:
+        print("\n".join(lines))
+
+
+def _generator(seed: int) -> Any:
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def cmd_reconstruct(args: argparse.Namespace) -> int:
+    from infolm.evaluation.reconstruction import reconstruct
+
+    config, corpus, model = _load(args.run_dir)
+    mode = _mode(config, args.mode)
+    ids = [_encode_sentence(corpus, s, args.run_dir) for s in args.sentences]
+    out = reconstruct(model, ids, mode, max_length=2 * max(map(len, ids)) + 10, generator=_generator(args.seed))
+    _emit([_words(corpus, s) for s in out], "reconstructions", args.json)
+    return 0
+
+
+def cmd_interpolate(args: argparse.Namespace) -> int:
+    from infolm.evaluation.reconstruction import interpolate
+
+    if args.steps < 2:
+        raise InfolmError(f"--steps must be at least 2 (the two ends), got {args.steps}")
+    config, corpus, model = _load(args.run_dir)
+    mode = _mode(config, args.mode)
+    start = _encode_sentence(corpus, args.start, args.run_dir)
+    end = _encode_sentence(corpus, args.end, args.run_dir)
+    limit = 2 * max(len(start), len(end)) + 10
+    out = interpolate(model, start, end, args.steps, mode, limit, _generator(args.seed))
+    _emit([_words(corpus, s) for s in out], "interpolation", args.json)
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from infolm.evaluation.reconstruction import sample_sentences
+
+    if args.count < 1:
+        raise InfolmError(f"--count must be positive, got {args.count}")
+    if not (args.std > 0 and math.isfinite(args.std)):
+        raise InfolmError(f"--std must be positive, got {args.std}")
+    if args.max_length < 1:
+        raise InfolmError(f"--max-length must be positive, got {args.max_length}")
+    _, corpus, model = _load(args.run_dir)
+    out = sample_sentences(model, args.count, args.std, not args.sampled, args.max_length, _generator(args.seed))
+    _emit([_words(corpus, s) for s in out], "samples", args.json)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from infolm.evaluation.latent_report import latent_report
+
+    if args.samples < 1:
+        raise InfolmError(f"--samples (K) must be at least 1, got {args.samples}")
+    for key in ("chunk", "batch_size"):
+        if getattr(args, key) < 1:
+            raise InfolmError(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}")
+    config, corpus, model = _load(args.run_dir)
+    mode = _mode(config, args.mode)
+    report = latent_report(
+        model,
+        corpus,
+        args.split,
+        samples=args.samples,
+        chunk=args.chunk,
+        batch_size=args.batch_size,
+        max_sentences=args.max_sentences or None,
+        mode=mode,
+        melbo=args.melbo,
+        seed=args.seed,
+    )
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for section, values in report.items():
+            if isinstance(values, dict):
+                print(f"{section}:")
+                for key, value in values.items():
+                    print(f"  {key}: {value:.4f}" if isinstance(value, float) else f"  {key}: {value}")
+            else:
+                print(f"{section}: {values}")
+    return 0

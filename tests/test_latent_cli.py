@@ -1,0 +1,121 @@
+"""``infolm latent reconstruct|interpolate|sample|evaluate``: outputs, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from infolm.cli.main import main
+from infolm.config import Config, save_config
+from infolm.data import load_corpus
+from infolm.models import MODELS
+from infolm.training import checkpoint as ckpt
+
+LINES = ["the cat sat on the mat", "a dog ran home", "the dog sat", "a cat ran on the mat", "the mat ran home"]
+
+
+def make_run(root: Path, name: str, model: dict, objective: dict) -> Path:
+    data = root / "data"
+    data.mkdir(exist_ok=True)
+    for split in ("train", "valid", "test"):
+        (data / f"{split}.txt").write_text("\n".join(LINES) + "\n")
+    config = Config(
+        model=model,
+        objective=objective,
+    )
+    config.data.name, config.data.train, config.data.valid, config.data.test = (
+        "path",
+        str(data / "train.txt"),
+        str(data / "valid.txt"),
+        str(data / "test.txt"),
+    )
+    run = root / name
+    run.mkdir()
+    config.run.dir = str(run)
+    save_config(config, run / "config.yaml")
+    corpus = load_corpus(config.data)
+    corpus.vocab.save(run / "vocab.json")
+    torch.manual_seed(0)
+    settings = {k: v for k, v in model.items() if k != "name"}
+    ckpt.save_best(run, MODELS.build(model["name"], settings, vocab_size=len(corpus.vocab)), {})
+    return run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("latent-cli")
+    gru = {"name": "sentence-gru", "emb": 8, "hidden": 12, "latent": 4}
+    return {
+        "smim": make_run(root, "smim", gru, {"amim": {}}),
+        "ae": make_run(root, "ae", gru, {"ae": {}}),
+        "lstm": make_run(root, "lstm", {"name": "lstm", "emb": 8, "hidden": 8, "layers": 1}, {"mle": {}}),
+    }
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_reconstruct_interpolate_sample(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    smim = str(runs["smim"])
+    code, out, _ = run(capsys, "latent", "reconstruct", smim, "the cat sat", "a dog ran", "--mode", "mean", "--json")
+    assert code == 0 and len(json.loads(out)["reconstructions"]) == 2
+    code, out, _ = run(capsys, "latent", "interpolate", smim, "the cat sat", "a dog ran home", "--steps", "4")
+    assert code == 0 and len(out.splitlines()) == 4
+    code, out, _ = run(capsys, "latent", "sample", smim, "--count", "3", "--max-length", "6", "--json")
+    samples = json.loads(out)["samples"]
+    assert code == 0 and len(samples) == 3 and all(len(s.split()) <= 6 for s in samples)
+    again = run(capsys, "latent", "sample", smim, "--count", "3", "--max-length", "6", "--json")[1]
+    assert json.loads(again)["samples"] == samples  # seeded
+
+
+def test_evaluate_reports_bounds_bleu_entropy_and_melbo_apart(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "latent", "evaluate", str(runs["smim"]), "--samples", "4", "--melbo", "--json")
+    assert code == 0
+    report = json.loads(out)
+    bounds = report["bounds"]
+    assert bounds["examples"] == 5 and bounds["tokens"] == 28 and bounds["samples"] == 4  # 23 words + 5 <eos>
+    assert bounds["nll_per_word"] == pytest.approx(bounds["nll"] * 5 / 23)
+    assert 0.0 <= report["reconstruction"]["bleu1"] <= 1.0
+    assert report["latent_entropy"]["dim"] == 4
+    assert "caveat" in report["melbo"] and report["melbo"]["log_n"] == pytest.approx(1.6094379)
+
+
+def test_auto_encoder_runs_use_mean_codes(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "latent", "reconstruct", str(runs["ae"]), "the cat", "--mode", "sample")
+    assert code == 2 and "deterministic auto-encoder" in err and len(err.splitlines()) == 1
+    assert run(capsys, "latent", "reconstruct", str(runs["ae"]), "the cat")[0] == 0
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["evaluate", "{smim}", "--samples", "0"], "--samples (K) must be at least 1, got 0"),
+        (["interpolate", "{smim}", "zebra quokka", "the cat"], "has no word in the vocabulary"),
+        (["interpolate", "{smim}", "the cat", "the dog", "--steps", "1"], "--steps must be at least 2"),
+        (["reconstruct", "{lstm}", "the cat"], "holds a lstm model, not a latent-variable model"),
+        (["sample", "{smim}", "--count", "0"], "--count must be positive"),
+    ],
+)
+def test_bad_input_is_one_clear_line(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, "latent", *[a.format(**{k: str(v) for k, v in runs.items()}) for a in args])
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_latent_size_zero_is_refused_when_the_config_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "smim.yaml"
+    config.write_text("model: {name: sentence-gru, latent: 0}\nobjective: {amim: {}}\n")
+    code, _, err = run(capsys, "train", str(config), f"run.dir={tmp_path / 'run'}")
+    assert code == 2 and "model.latent must be positive, got 0" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
