@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from allocator_flag import add_allocator_flag, apply_allocator_flag
 from torch import nn
 
-from infolm.build import build_model, build_objective
+from infolm.build import build_model, build_objective, build_task
 from infolm.config import load_config
 from infolm.data import load_corpus
 from infolm.data.batching import StreamBatcher
@@ -121,15 +121,15 @@ def infolm_run(corpus, args: argparse.Namespace, precision: str) -> tuple[float,
         config = load_config(None, [*overrides, f"run.dir={run_dir}"])
         torch.manual_seed(0)
         model = build_model(config, len(corpus.vocab))
-        trainer = Trainer(config, model, build_objective(config), corpus)
+        trainer = Trainer(config, model, build_objective(config), build_task(config, corpus))
         tokens, start = 0, 0.0
         for step in range(args.steps + args.warmup):
             if step == args.warmup:
                 tokens, start = 0, time.perf_counter()
-            window = trainer.batcher.next_window()
-            assert window is not None
-            trainer.train_step(window)
-            tokens += window.inputs.numel()
+            batch = trainer.batches.next_batch()
+            assert batch is not None
+            trainer.train_step(batch)
+            tokens += batch.num_tokens()
         train_rate = tokens / (time.perf_counter() - start)
         valid = corpus.stream("valid")[: args.eval_tokens]
         start = time.perf_counter()
@@ -149,7 +149,8 @@ def interleaved_ratio(corpus, args: argparse.Namespace) -> tuple[float, float]:
         overrides += [f"data.bptt={args.bptt}", f"run.dir={run_dir}", "run.device=cpu"]
         config = load_config(None, [*overrides, f"run.keep_freed_memory={args.keep_freed_memory}"])
         torch.manual_seed(0)
-        trainer = Trainer(config, build_model(config, len(corpus.vocab)), build_objective(config), corpus)
+        model = build_model(config, len(corpus.vocab))
+        trainer = Trainer(config, model, build_objective(config), build_task(config, corpus))
         plain_step = plain_stepper(len(corpus.vocab), args)
 
         times: dict[str, list[float]] = {"infolm": [], "plain": []}
@@ -158,8 +159,8 @@ def interleaved_ratio(corpus, args: argparse.Namespace) -> tuple[float, float]:
             for name, step in loops if block % 2 else loops[::-1]:  # A B B A ...: neither loop always goes first
                 start = time.perf_counter()
                 for _ in range(10):
-                    window = trainer.batcher.next_window() or trainer.batcher.next_window()
-                    step(window)
+                    batch = trainer.batches.next_batch() or trainer.batches.next_batch()
+                    step(batch)
                 if block:  # the first block warms up
                     times[name].append(time.perf_counter() - start)
         paired = [plain / ours for plain, ours in zip(times["plain"], times["infolm"], strict=True)]

@@ -1,4 +1,4 @@
-"""From a validated ``Config`` to the objects the trainer receives: corpus, model, objective, averager.
+"""From a validated ``Config`` to the objects the trainer receives: task, model, objective, averager.
 
 The CLI calls these; the trainer never imports models or objectives.
 """
@@ -42,6 +42,16 @@ def build_model(config: Config, vocab_size: int) -> LanguageModel:
     return MODELS.build(config.model["name"], settings, vocab_size=vocab_size, where="model")
 
 
+def build_task(config: Config, corpus: Corpus) -> Any:
+    """The registered task ``config.task`` names, set up on ``corpus``."""
+    from infolm.tasks import TASKS
+
+    settings = {k: v for k, v in config.task.items() if k != "name"}
+    task = TASKS.build(config.task["name"], settings, where="task")
+    task.setup(config, corpus)
+    return task
+
+
 def build_objective(config: Config) -> Any:
     from infolm.objectives import build_objective as build
 
@@ -61,10 +71,13 @@ def build_averager(config: Config, model: torch.nn.Module) -> Any:
 
 
 def validate_plugins(config: Config) -> None:
-    """Check model and objective settings against their registered configs (no torch work)."""
+    """Check task, model and objective settings against their registered configs, and that the task
+    can serve the model and the objectives (no torch work)."""
+    from infolm.compatibility import check_compatibility
     from infolm.data.datasets import DATASETS
     from infolm.models import MODELS
     from infolm.objectives import OBJECTIVES
+    from infolm.tasks import TASKS
 
     if config.data.name != "path" and config.data.name not in DATASETS:
         known = ", ".join(sorted(DATASETS))
@@ -73,6 +86,8 @@ def validate_plugins(config: Config) -> None:
     MODELS.make_config(config.model["name"], settings, "model")
     for name, term in config.objective.items():
         OBJECTIVES.make_config(name, term or {}, f"objective.{name}")
+    TASKS.make_config(config.task["name"], {k: v for k, v in config.task.items() if k != "name"}, "task")
+    check_compatibility(config)
 
 
 def git_commit() -> str | None:
@@ -105,6 +120,8 @@ def check_run_dir(config: Config, run_dir: Path) -> None:
         old = _flatten(load_raw(saved))
     except InfolmError as error:
         raise InfolmError(f"run directory {run_dir} has an unreadable config.yaml: {error}") from None
+    if not any(key.startswith("task.") for key in old):
+        old["task.name"] = "stream-lm"  # runs from before tasks existed trained a stream LM
     new = _flatten(to_dict(config))
     for key in sorted(set(old) | set(new)):
         if key in RESUMABLE_KEYS:
@@ -174,7 +191,8 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     objective.setup(corpus, model)
     averager = build_averager(config, model)
     prepare_run_dir(config, corpus, list(overrides or []))
-    trainer = Trainer(config, model, objective, corpus, averager=averager, meta=run_meta(config, corpus))
+    task = build_task(config, corpus)
+    trainer = Trainer(config, model, objective, task, averager=averager, meta=run_meta(config, corpus))
     try:
         summary = trainer.fit()
     finally:

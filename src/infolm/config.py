@@ -1,6 +1,6 @@
 """Typed, documented configuration: YAML -> dataclasses, dotted ``key=value`` overrides, validation.
 
-Plug-in sections (``model``, ``objective``, ``optim.average``) are mappings whose settings are
+Plug-in sections (``task``, ``model``, ``objective``, ``optim.average``) are mappings whose settings are
 validated against the config dataclass that the plug-in registered (see ``infolm.registry``).
 This module does not import torch.
 """
@@ -114,12 +114,15 @@ class TrainConfig:
 class Config:
     run: RunConfig = dataclasses.field(default_factory=RunConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    task: dict[str, Any] = dataclasses.field(default_factory=lambda: {"name": "stream-lm"})  # name + task settings
     model: dict[str, Any] = dataclasses.field(default_factory=lambda: {"name": "lstm"})  # name + model settings
     objective: dict[str, Any] = dataclasses.field(default_factory=lambda: {"mle": {"weight": 1.0}})  # term -> settings
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
+        if "name" not in self.task or not isinstance(self.task["name"], str):
+            raise InfolmError("task.name is required (see `infolm info` for the known tasks)")
         if "name" not in self.model or not isinstance(self.model["name"], str):
             raise InfolmError("model.name is required (see `infolm info` for the known models)")
         if not self.objective:

@@ -53,8 +53,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import torch
 
-    from infolm.build import load_run
-    from infolm.evaluation.perplexity import evaluate_split
+    from infolm.build import build_task, load_run
 
     device = (
         "cuda"
@@ -62,12 +61,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         else ("cpu" if args.device == "auto" else args.device)
     )
     config, corpus, model = load_run(args.run_dir, device, full_splits=args.full_splits)
-    batch_size = args.batch_size or config.data.eval_batch_size
-    bptt = args.bptt or config.data.bptt
-    result: dict[str, Any] = {
-        "split": args.split,
-        **evaluate_split(model, corpus, args.split, batch_size, bptt, device),
+    batch_size = config.data.eval_batch_size = args.batch_size or config.data.eval_batch_size
+    bptt = config.data.bptt = args.bptt or config.data.bptt
+    task = build_task(config, corpus)
+    result: dict[str, Any] = {"split": args.split, **task.evaluate(model, args.split, device).report()}
+    stream_only = {
+        "--induced-ngram": args.induced_ngram,
+        "--tune-temperature": args.tune_temperature,
+        "--mc-dropout": args.mc_dropout,
+        "--dynamic": args.dynamic,
+        "--reverse-ppl": args.reverse_ppl,
+        "--mi-generated": args.mi_generated,
     }
+    asked = [flag for flag, value in stream_only.items() if value]
+    if asked and "stream" not in task.provides:
+        raise InfolmError(
+            f"{asked[0]} evaluates a language model of a running text; {args.run_dir} trains task "
+            f"{config.task['name']}, whose rows are not a stream"
+        )
     if args.induced_ngram:
         from infolm.evaluation.induced import induced_ngram_report
 
@@ -114,8 +125,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
-    from infolm.build import load_run
-    from infolm.evaluation.generation import sample
+    from infolm.build import build_task, load_run
+    from infolm.data.vocab import EOS
+    from infolm.evaluation.generation import SamplingSettings
 
     if args.max_tokens < 1:
         raise InfolmError(f"--max-tokens must be positive, got {args.max_tokens}")
@@ -123,6 +135,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise InfolmError(f"--temperature must be non-negative, got {args.temperature}")
     if not 0.0 < args.top_p <= 1.0:
         raise InfolmError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.samples < 1:
+        raise InfolmError(f"--samples must be positive, got {args.samples}")
     config, corpus, model = load_run(args.run_dir, "cpu")
     vocab = corpus.vocab
     char = corpus.level == "char"
@@ -130,14 +144,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     unknown = [w for w in words if w not in vocab]
     if unknown:
         raise InfolmError(f"prompt word {unknown[0]!r} is not in the vocabulary of {args.run_dir}")
-    ids = [vocab.eos_id] + vocab.encode(words)
+    task = build_task(config, corpus)
+    settings = SamplingSettings(args.max_tokens, args.temperature, args.top_k, args.top_p, args.samples)
     generator = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)
-    out = sample(model, torch.tensor([ids]), args.max_tokens, args.temperature, args.top_k, args.top_p, generator)
-    tokens = vocab.decode(out[0].tolist())
     sep = "" if char else " "
-    text = sep.join(words + tokens)
-    print(text.replace(f"{sep}<eos>{sep}", "\n").replace("<eos>", "\n").rstrip("\n"))
+    for sequence in task.generate(model, vocab.encode(words), settings, generator):
+        tokens = vocab.decode(sequence)
+        if tokens and tokens[-1] == EOS:  # a whole sentence: its end is the end of the line
+            tokens = tokens[:-1]
+        text = sep.join(words + tokens)
+        print(text.replace(f"{sep}{EOS}{sep}", "\n").replace(EOS, "\n").rstrip("\n"))
     return 0
 
 
@@ -145,9 +162,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     from infolm.data.datasets import DATASETS
     from infolm.models import MODELS
     from infolm.objectives import OBJECTIVES
+    from infolm.tasks import TASKS
 
     sections = {
         "datasets": {name: spec.description for name, spec in sorted(DATASETS.items())},
+        "tasks": {name: TASKS.get(name).doc for name in TASKS.names()},
         "models": {name: MODELS.get(name).doc for name in MODELS.names()},
         "objectives": {name: OBJECTIVES.get(name).doc for name in OBJECTIVES.names()},
     }
@@ -214,7 +233,7 @@ def make_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("evaluate", help="perplexity (or bits per character) of a trained run")
+    p = sub.add_parser("evaluate", help="the task's metrics of a trained run (perplexity, bits per character, ...)")
     p.add_argument("run_dir")
     p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
     p.add_argument("--json", action="store_true")
@@ -247,6 +266,7 @@ def make_parser() -> Parser:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--samples", type=int, default=1, help="sentences to sample (a sentence LM; a stream LM gives one)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_generate)
 
@@ -268,7 +288,7 @@ def make_parser() -> Parser:
 
     add_latent_parser(sub)
 
-    p = sub.add_parser("info", help="datasets, models and objectives known to the registries")
+    p = sub.add_parser("info", help="datasets, tasks, models and objectives known to the registries")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)
 

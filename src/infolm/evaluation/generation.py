@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor
 
 from infolm.models.base import LanguageModel, detach_state
+
+
+@dataclasses.dataclass
+class SamplingSettings:
+    max_tokens: int = 50  # sampled tokens per sample (a sentence sample stops earlier at its <eos>)
+    temperature: float = 1.0  # softmax temperature (0: greedy)
+    top_k: int = 0  # keep the k most likely tokens (0: all)
+    top_p: float = 1.0  # nucleus: keep the smallest set with this much probability
+    samples: int = 1  # independent samples (a sentence LM's sentences; a stream LM gives one stream)
 
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -33,8 +44,10 @@ def sample(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     window: int = 256,
+    stop_id: int | None = None,
 ) -> Tensor:
-    """Continue ``prompt`` (B, T0) by ``max_tokens`` sampled tokens; returns (B, max_tokens).
+    """Continue ``prompt`` (B, T0) by ``max_tokens`` sampled tokens; returns (B, max_tokens), or
+    fewer columns when every row has sampled ``stop_id`` (a row goes on sampling after its own).
 
     Recurrent models carry their state; stateless models re-read the last ``window`` tokens.
     """
@@ -46,6 +59,7 @@ def sample(
     stateless = output.state is None
     history = prompt
     out = []
+    stopped = torch.zeros(prompt.size(0), dtype=torch.bool, device=device)
     for _ in range(max_tokens):
         logits = output.logits[:, -1].float()
         if temperature == 0:
@@ -54,6 +68,10 @@ def sample(
             probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
             token = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
         out.append(token)
+        if stop_id is not None:
+            stopped |= token[:, 0] == stop_id
+            if bool(stopped.all()):
+                break
         if stateless:
             history = torch.cat([history, token], dim=1)[:, -window:]
             output = model(history, None)

@@ -36,6 +36,13 @@ class LanguageModel(nn.Module):
     """Base class: ``forward(tokens (B, T), state) -> LMOutput``."""
 
     vocab_size: int
+    # The model protocol (names in ``infolm.tasks.PROTOCOLS``); a task serves some protocols only.
+    protocol: str = "causal-lm"
+
+    @classmethod
+    def max_input_length(cls, config: Any) -> int | None:
+        """The longest input row a model built from ``config`` reads (None: no limit)."""
+        return None
 
     def forward(self, tokens: Tensor, state: State = None) -> LMOutput:  # pragma: no cover - abstract
         raise NotImplementedError

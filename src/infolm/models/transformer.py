@@ -57,6 +57,10 @@ class Block(nn.Module):
 class TransformerLM(LanguageModel):
     """Causal Transformer LM. Stateless: each window is scored without earlier context."""
 
+    @classmethod
+    def max_input_length(cls, config: TransformerConfig) -> int | None:
+        return config.max_len
+
     def __init__(self, config: TransformerConfig, vocab_size: int) -> None:
         super().__init__()
         self.config = config

@@ -14,20 +14,13 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from infolm.data.batch import Batch
 from infolm.registry import Registry
+
+__all__ = ["OBJECTIVES", "Batch", "Composite", "Objective", "Terms", "build_objective", "register_objective"]
 
 OBJECTIVES: Registry[Objective] = Registry("objective")
 register_objective = OBJECTIVES.register
-
-
-@dataclasses.dataclass
-class Batch:
-    inputs: Tensor  # (B, T) token ids
-    targets: Tensor  # (B, T) next-token ids; ``ignore_index`` (-100) marks padding
-    state: Any = None  # recurrent state before ``inputs`` (already detached)
-    lr_scale: float = 1.0  # AWD-LSTM variable-length BPTT scales the step by len/bptt
-    epoch: int = 0
-    step: int = 0  # optimizer steps taken before this batch
 
 
 @dataclasses.dataclass
@@ -58,6 +51,9 @@ class Objective(nn.Module):
     """Base class of a training term. Subclasses set ``config`` (a dataclass with ``weight``)."""
 
     config: Any
+    # What the term reads from a batch (names in ``infolm.tasks.FEATURES``): a task that does not
+    # provide one of them is refused when the config is read.
+    needs: frozenset[str] = frozenset({"next-token"})
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         """Build indexes once, before training (default: nothing)."""

@@ -105,6 +105,10 @@ def conditional_log_likelihood(
 class BMI(Objective):
     """Bootstrapped MI regularizer: next-sentence discriminator (Phase I) and IW-RAML (Phase II)."""
 
+    # Cao & Xu regularize a stream LM (AWD-LSTM-MoS over running text): the dependency between
+    # consecutive sentences is what it bootstraps.
+    needs = frozenset({"next-token", "stream"})
+
     def __init__(self, config: BMIConfig) -> None:
         super().__init__()
         self.config = config

@@ -1,33 +1,38 @@
-"""The training loop. It knows no model and no loss by name: it receives a model, a Composite
-objective and a corpus, and owns device, precision, clipping, evaluation cadence, early stopping,
-checkpoints (atomic, resumable bit-for-bit on CPU), the metrics log and data parallelism."""
+"""The training loop. It knows no task, model or loss by name: it receives a task (batches,
+evaluation, whether a state is carried), a model and a Composite objective, and owns device,
+precision, clipping, evaluation cadence, selection of ``best/`` and early stopping by the task's
+selection metric, checkpoints (atomic, resumable bit-for-bit on CPU), the metrics log and data
+parallelism."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import numpy as np
 import torch
 from torch import nn
 
 from infolm.config import Config, build_dataclass
-from infolm.data.batching import StreamBatcher
-from infolm.evaluation.perplexity import stream_nll, summarize
+from infolm.data.batch import Batch
 from infolm.models.base import LanguageModel, detach_state
-from infolm.objectives.base import Batch, Objective, Terms
+from infolm.objectives.base import Objective, Terms
 from infolm.optim.divergence import DivergenceConfig, DivergencePolicy
 from infolm.optim.factory import LRSchedule, build_optimizers
 from infolm.training import checkpoint as ckpt
 from infolm.training import distributed
 from infolm.training.allocator import keep_freed_memory
 from infolm.training.metrics import MetricsLog
+
+if TYPE_CHECKING:
+    from infolm.tasks.base import Metrics, Task
 
 
 def resolve_device(name: str) -> torch.device:
@@ -78,14 +83,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 class Trainer:
-    """Trains ``model`` on ``corpus`` with ``objective`` as ``config`` says, in ``config.run.dir``."""
+    """Trains ``model`` on ``task`` with ``objective`` as ``config`` says, in ``config.run.dir``."""
 
     def __init__(
         self,
         config: Config,
         model: nn.Module,
         objective: Objective,
-        corpus: Any,
+        task: Task,
         averager: Any = None,
         meta: dict[str, Any] | None = None,
     ) -> None:
@@ -99,18 +104,10 @@ class Trainer:
         self.is_main = self.rank == 0
         self.model = cast(LanguageModel, model.to(self.device))
         self.objective = objective.to(self.device)
-        self.corpus = corpus
+        self.task = task
         self.averager = averager
         self.meta = dict(meta or {})
-        data = config.data
-        if data.batch_size % self.world_size:
-            from infolm.errors import InfolmError
-
-            raise InfolmError(f"data.batch_size={data.batch_size} must be divisible by the {self.world_size} processes")
-        self.batcher = StreamBatcher(
-            corpus.stream("train"), data.batch_size, data.bptt, data.variable_bptt, config.run.seed
-        )
-        self.rows = torch.arange(self.rank, data.batch_size, self.world_size)  # this rank's rows of every batch
+        self.batches = task.train_batches(self.rank, self.world_size)  # this rank's rows of every batch
         self.optimizers = build_optimizers(config.optim, self.model, self.objective.param_groups())
         self.schedule = LRSchedule(config.optim)
         self.metrics = MetricsLog(
@@ -120,7 +117,7 @@ class Trainer:
         )
         self.step = 0
         self.epoch = 0
-        self.best_valid = math.inf
+        self.best_valid = math.inf  # the best selection metric so far, as a loss (Metrics.loss)
         self.bad_evals = 0
         self.elapsed = 0.0
         self.done = False
@@ -128,7 +125,7 @@ class Trainer:
         self.last_eval_step = -1
         # Always watching (optim/divergence.py's rule); restarts only with train.divergence.enabled.
         divergence = build_dataclass(DivergenceConfig, config.train.divergence, "train.divergence")
-        self.divergence = DivergencePolicy(divergence, len(corpus.vocab))
+        self.divergence = DivergencePolicy(divergence, self.model.vocab_size)
         self._parameters: list[nn.Parameter] | None = None
         self.initial_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
@@ -174,7 +171,7 @@ class Trainer:
             "metrics_lines": self.metrics.lines(),
             "optimizers": [opt.state_dict() for opt in self.optimizers],
             "schedule": self.schedule.state_dict(),
-            "batcher": _convert_rng_ints(self.batcher.state_dict(), str),
+            "batcher": self.batches.state_dict(),
             "rng": rng_state(),
             "recurrent_state": self.state,
             "objective": self.objective.state_dict(),
@@ -217,7 +214,7 @@ class Trainer:
         for opt, opt_state in zip(self.optimizers, state["optimizers"]):
             opt.load_state_dict(opt_state)
         self.schedule.load_state_dict(state["schedule"])
-        self.batcher.load_state_dict(_convert_rng_ints(state["batcher"], int))
+        self.batches.load_state_dict(state["batcher"])
         self.state = state["recurrent_state"]
         self.objective.load_state_dict(state["objective"])
         if self.averager is not None and "averager" in state:
@@ -231,66 +228,45 @@ class Trainer:
         return True
 
     # ----------------------------------------------------------------------------------------
-    def evaluate(self, split: str = "valid") -> dict[str, float]:
-        data = self.config.data
+    def evaluate(self, split: str = "valid") -> Metrics:
+        """The task's metrics on ``split`` with the weights that evaluation uses (averaged if on)."""
         with self.eval_weights():
-            nll_sum, tokens = stream_nll(
-                self.model,
-                self.corpus.stream(split),
-                self.corpus.vocab.eos_id,
-                data.eval_batch_size,
-                data.bptt,
-                self.device,
-            )
-        result = summarize(nll_sum, tokens, self.corpus.level)
+            result = self.task.evaluate(self.model, split, self.device)
         self.last_eval_step = self.step
         return result
-
-    def _raw_valid_nll(self) -> float:
-        data = self.config.data
-        nll_sum, tokens = stream_nll(
-            self.model,
-            self.corpus.stream("valid"),
-            self.corpus.vocab.eos_id,
-            data.eval_batch_size,
-            data.bptt,
-            self.device,
-        )
-        return nll_sum / max(tokens, 1)
 
     def _evaluate_and_log(self) -> None:
         if self.averager is not None:
             # The averager evaluates the weight sets it chooses between (2TA: short and long
-            # averages, Alg. 1) and returns the loss of the weights that evaluation will use.
-            nll = self.averager.observe(self._raw_valid_nll)
-            result = {"nll": nll, "ppl": math.exp(min(nll, 700.0))}
-            if self.corpus.level == "char":
-                result["bpc"] = nll / math.log(2)
+            # averages, Alg. 1) and returns the loss of the weights that evaluation will use;
+            # the metrics of that evaluation are the ones logged.
+            evaluated: dict[float, Metrics] = {}
+
+            def selection_loss() -> float:
+                metrics = self.task.evaluate(self.model, "valid", self.device)
+                evaluated[metrics.loss] = metrics
+                return metrics.loss
+
+            result = evaluated[self.averager.observe(selection_loss)]
             self.last_eval_step = self.step
         else:
             result = self.evaluate("valid")
-        record: dict[str, Any] = {
-            "step": self.step,
-            "epoch": self.epoch,
-            "split": "valid",
-            "loss": result["nll"],
-            "ppl": result["ppl"],
-        }
-        if "bpc" in result:
-            record["bpc"] = result["bpc"]
-        if result["nll"] < self.best_valid:
-            self.best_valid, self.bad_evals = result["nll"], 0
+        loss = result.loss
+        record: dict[str, Any] = {"step": self.step, "epoch": self.epoch, "split": "valid", **result.logged()}
+        if loss < self.best_valid:
+            self.best_valid, self.bad_evals = loss, 0
             if self.is_main:
                 with self.eval_weights():
-                    ckpt.save_best(self.run_dir, self.model, dict(self.meta, step=self.step, valid=result))
+                    ckpt.save_best(self.run_dir, self.model, dict(self.meta, step=self.step, valid=result.values))
         else:
             self.bad_evals += 1
-        record["best_loss"] = self.best_valid
+        best = -self.best_valid if result.higher_is_better else self.best_valid
+        record[f"best_{result.log_name(result.selection)}"] = best
         if self.averager is not None:
             record.update(self.averager.metrics())
         self.metrics.write(record)
-        self.schedule.on_evaluation(result["nll"])
-        self.objective.on_evaluation(self.step, result["nll"])
+        self.schedule.on_evaluation(loss)
+        self.objective.on_evaluation(self.step, loss)
         self._apply_lr_reset()
         patience = self.config.train.early_stopping
         if patience and self.bad_evals >= patience:
@@ -320,24 +296,26 @@ class Trainer:
                     p.grad = g if p.grad is None else p.grad + g
         return norm
 
-    def train_step(self, window: Any) -> dict[str, float]:
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step on ``batch`` (this rank's rows); returns the values to log."""
         self.model.train()
         self.objective.train()
-        inputs, targets = window.inputs, window.targets
-        if self.world_size > 1:
-            inputs, targets = inputs.index_select(0, self.rows), targets.index_select(0, self.rows)
-        inputs, targets = inputs.to(self.device), targets.to(self.device)
-        if self.state is None:
-            self.state = self.model.init_state(inputs.size(0), self.device)
-        batch = Batch(inputs, targets, detach_state(self.state), window.lr_scale, self.epoch, self.step)
+        batch = batch.to(self.device)
+        state = None  # a task that carries no state: every row starts from the model's initial state
+        if self.task.carries_state:
+            if self.state is None:
+                self.state = self.model.init_state(batch.inputs.size(0), self.device)
+            state = detach_state(self.state)
+        batch = dataclasses.replace(batch, state=state, epoch=self.epoch, step=self.step)
         with self.autocast():
-            output = self.model(inputs, batch.state)
+            output = self.model(batch.inputs, batch.state)
             terms = self.objective(self.model, batch, output)
-        self.state = detach_state(terms.state if terms.state is not None else output.state)
+        if self.task.carries_state:
+            self.state = detach_state(terms.state if terms.state is not None else output.state)
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         grad_norm = self._backward(terms)
-        lr = self.schedule.lr * window.lr_scale * self.divergence.lr_scale
+        lr = self.schedule.lr * batch.lr_scale * self.divergence.lr_scale
         for group in self.optimizers[0].param_groups:
             group["lr"] = lr
         for opt in self.optimizers:
@@ -377,8 +355,8 @@ class Trainer:
         tick = time.perf_counter()
         last_log = tick
         while not self._finished():
-            window = self.batcher.next_window()
-            if window is None:  # end of an epoch
+            batch = self.batches.next_batch()
+            if batch is None:  # end of an epoch
                 self.epoch += 1
                 self.state = None
                 self.schedule.on_epoch_end(self.epoch)
@@ -388,8 +366,8 @@ class Trainer:
                         self._save_timed(tick)
                         tick = time.perf_counter()
                 continue
-            values = self.train_step(window)
-            window_tokens += window.inputs.numel()
+            values = self.train_step(batch)
+            window_tokens += batch.num_tokens()
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{values['loss']:.3f}", lr=f"{values['lr']:.3g}")
@@ -466,7 +444,7 @@ class Trainer:
             return None
         from tqdm import tqdm
 
-        total = self.config.train.max_steps or self.config.train.epochs * len(self.batcher)
+        total = self.config.train.max_steps or self.config.train.epochs * len(self.batches)
         return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True)
 
 
@@ -477,11 +455,3 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
     if max_norm > 0:
         return float(torch.nn.utils.clip_grad_norm_(grads, max_norm))
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in grads])))
-
-
-def _convert_rng_ints(state: dict[str, Any], convert: Any) -> dict[str, Any]:
-    """numpy's bit-generator state holds Python ints larger than int64; checkpoints store them as
-    strings (``convert=str``) and read them back with ``convert=int``."""
-    rng = dict(state["rng"])
-    rng["state"] = {k: convert(v) for k, v in rng["state"].items()}
-    return {"position": state["position"], "rng": rng}
