@@ -3,7 +3,8 @@
 Each plug-in declares its side: a task what its batches provide (``Task.provides``), which model
 protocols it serves (``Task.serves``) and how long its rows can be (``Task.input_length``); a model
 its protocol and longest input (``LanguageModel.protocol``, ``max_input_length``); an objective
-what it needs from a batch (``Objective.needs``). A mismatch is refused with one line naming both
+what it needs from a batch (``Objective.needs``) and which model protocols it trains
+(``Objective.protocols``). A mismatch is refused with one line naming both
 sides and what would fit.
 """
 
@@ -44,6 +45,13 @@ def incompatibility(
             f"{', '.join(other) or 'none'}"
         )
     for name in objective_names:
+        protocols = objectives.get(name).factory.protocols
+        if model.protocol not in protocols:
+            fitting = [n for n in models.names() if models.get(n).factory.protocol in protocols]
+            return (
+                f"objective {name} trains {', '.join(sorted(protocols))} models, but model {model_name} is a "
+                f"{model.protocol} model; models that fit: {', '.join(fitting) or 'none'}"
+            )
         needs = set(objectives.get(name).factory.needs)
         missing = sorted(needs - set(task.provides))
         if missing:

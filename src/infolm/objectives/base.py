@@ -54,6 +54,8 @@ class Objective(nn.Module):
     # What the term reads from a batch (names in ``infolm.tasks.FEATURES``): a task that does not
     # provide one of them is refused when the config is read.
     needs: frozenset[str] = frozenset({"next-token"})
+    # The model protocols (``infolm.tasks.PROTOCOLS``) the term can train.
+    protocols: frozenset[str] = frozenset({"causal-lm"})
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         """Build indexes once, before training (default: nothing)."""

@@ -126,6 +126,7 @@ class MonteCarloObjective(Objective):
     """-Ô averaged over sentences; logs Ô, the K-draw ln p(x) bound and MI estimate per sentence."""
 
     needs = frozenset({"sentences"})
+    protocols = frozenset({"latent-variable"})
     config: MonteCarloConfig
     name = "latent"
 
