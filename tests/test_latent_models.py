@@ -124,3 +124,19 @@ def test_dropout_mask_shared_across_latent_draws(shared) -> None:
 def test_state_dropout_is_refused() -> None:
     with pytest.raises(InfolmError, match="dropout_state"):
         MODELS.build("latent-sentence-lstm", {"dropout_state": 0.3}, vocab_size=10, where="model")
+
+
+def test_blocked_softmax_equals_one_block_with_gradients() -> None:
+    from infolm.latent.softmax import token_log_likelihood
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(6, 11)
+    hidden = torch.randn(23, 6, requires_grad=True)
+    targets = torch.randint(0, 11, (23,))
+    whole = token_log_likelihood(hidden, layer, targets)
+    (grad_whole,) = torch.autograd.grad(whole.sum(), hidden)
+    blocked = token_log_likelihood(hidden, layer, targets, block_elements=11 * 4)  # blocks of 4 rows
+    (grad_blocked,) = torch.autograd.grad(blocked.sum(), hidden)
+    torch.testing.assert_close(blocked, whole)
+    torch.testing.assert_close(grad_blocked, grad_whole)
+    torch.testing.assert_close(whole, torch.log_softmax(layer(hidden), -1).gather(1, targets[:, None])[:, 0])

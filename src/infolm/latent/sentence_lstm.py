@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributions import Distribution
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from infolm.errors import InfolmError
-from infolm.latent.base import LatentVariableModel, fold_samples
+from infolm.latent.base import LatentVariableModel
+from infolm.latent.softmax import token_log_likelihood
 from infolm.latent.synthetic import LatentFamilyConfig, build_latent
 from infolm.models.base import register_model
 
@@ -92,12 +92,12 @@ class SentenceLSTMModel(LatentVariableModel):
         latent = self.latent_embedding(self.latent.flatten(z).reshape(K * B, -1))  # (K·B, Dz)
         inputs = torch.cat([inputs, latent.unsqueeze(1).expand(-1, T, -1)], 2)  # z fed at every step
         outputs, _ = self.decoder(inputs)  # (K·B, T, H): right padding never reaches real positions
-        outputs = self._dropout(outputs.view(K, B, T, -1), self.config.dropout_output)
-        logits = self.softmax(outputs)  # (K·B, T, V)
-        targets = fold_samples(tokens, K)  # (K·B, T)
-        nll = F.cross_entropy(logits.view(K * B * T, -1), targets.reshape(-1), reduction="none").view(K, B, T)
+        outputs = self._dropout(outputs.view(K, B, T, -1), self.config.dropout_output).view(K, B, T, -1)
         real = torch.arange(T, device=tokens.device) < lengths.to(tokens.device).unsqueeze(1)  # (B, T)
-        return -(nll * real).sum(-1)  # (K, B)
+        where = real.unsqueeze(0).expand(K, B, T)  # only real positions are scored
+        scores = token_log_likelihood(outputs[where], self.softmax, tokens.expand(K, B, T)[where])  # (N,)
+        per_token = outputs.new_zeros(K, B, T).masked_scatter(where, scores)
+        return per_token.sum(-1)  # (K, B)
 
     def _dropout(self, x: Tensor, p: float) -> Tensor:
         """Locked dropout, one mask per sentence over time: (K, B, T, H) -> (K·B, T, H). The mask is

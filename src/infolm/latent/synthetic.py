@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributions import Distribution
 
 from infolm.errors import InfolmError
 from infolm.latent.base import LatentVariableModel
 from infolm.latent.latents import CategoricalLatent, GaussianLatent
+from infolm.latent.softmax import token_log_likelihood
 from infolm.models.base import register_model
 
 
@@ -107,6 +107,6 @@ class SyntheticLatentModel(LatentVariableModel):
     def log_likelihood(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> Tensor:
         K, B = z.shape[:2]
         flat = self.latent.flatten(z).reshape(K * B, -1)  # (K·B, D): draws folded into the batch
-        logits = self.softmax(self.decoder(self.latent_embedding(flat)))  # (K·B, V)
+        hidden = self.decoder(self.latent_embedding(flat))  # (K·B, H)
         targets = tokens[:, 0].repeat(K)  # (K·B,), draw-major like ``flat``
-        return -F.cross_entropy(logits, targets, reduction="none").view(K, B)
+        return token_log_likelihood(hidden, self.softmax, targets).view(K, B)
