@@ -3,7 +3,9 @@
 Layout of ``checkpoints/step-00000100/``: ``model.safetensors`` (weights used for evaluation:
 the averaged ones when weight averaging is on), ``raw_model.safetensors`` (training weights,
 only with averaging), ``trainer.pt`` (optimizer, schedule, RNG, data position, recurrent state:
-tensors and plain containers only, loaded with ``weights_only=True``), ``meta.json``.
+tensors and plain containers only, loaded with ``weights_only=True``), ``meta.json``. ``best/``
+holds the evaluation weights of the best validation loss and, when divergence restarts are on, what a
+restart restores (``raw_model.safetensors`` with averaging, ``restart.pt``).
 """
 
 from __future__ import annotations
@@ -81,9 +83,26 @@ def save_checkpoint(
     return final
 
 
-def save_best(run_dir: Path, model: nn.Module, meta: dict[str, Any]) -> None:
+RESTART = "restart.pt"
+
+
+def save_best(
+    run_dir: Path,
+    model: nn.Module,
+    meta: dict[str, Any],
+    raw_model: nn.Module | None = None,
+    restart_state: dict[str, Any] | None = None,
+) -> None:
+    """Write ``checkpoints/best``: the evaluation weights and, for divergence restarts (Melis Sec. 4.4),
+    the training weights (``raw_model``, with averaging) and ``restart.pt`` (optimizer, averager and
+    objective state: tensors and plain containers)."""
+
     def write(tmp: Path) -> None:
         save_model(model, str(tmp / "model.safetensors"))
+        if raw_model is not None:
+            save_model(raw_model, str(tmp / "raw_model.safetensors"))
+        if restart_state is not None:
+            torch.save(restart_state, tmp / RESTART)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
 
     _atomic_dir(run_dir / CHECKPOINTS / BEST, write)
@@ -110,4 +129,13 @@ def load_weights(model: nn.Module, checkpoint: Path, raw: bool = False) -> None:
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     state: dict[str, Any] = torch.load(checkpoint / "trainer.pt", weights_only=True)
+    return state
+
+
+def load_restart_state(checkpoint: Path) -> dict[str, Any] | None:
+    """The optimizer / averager / objective state saved with ``best`` for restarts, if any."""
+    path = checkpoint / RESTART
+    if not path.exists():
+        return None
+    state: dict[str, Any] = torch.load(path, weights_only=True)
     return state

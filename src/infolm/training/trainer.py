@@ -128,6 +128,8 @@ class Trainer:
         self.divergence = DivergencePolicy(divergence, self.model.vocab_size)
         self._parameters: list[nn.Parameter] | None = None
         self.initial_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.initial_restart_state = _clone(self.restart_state())  # a restart before any evaluation
+        self._diverged = False
 
     # ----------------------------------------------------------------------------------------
     def parameters(self) -> list[nn.Parameter]:
@@ -256,8 +258,7 @@ class Trainer:
         if loss < self.best_valid:
             self.best_valid, self.bad_evals = loss, 0
             if self.is_main:
-                with self.eval_weights():
-                    ckpt.save_best(self.run_dir, self.model, dict(self.meta, step=self.step, valid=result.values))
+                self._save_best(dict(self.meta, step=self.step, valid=result.values))
         else:
             self.bad_evals += 1
         best = -self.best_valid if result.higher_is_better else self.best_valid
@@ -271,6 +272,27 @@ class Trainer:
         patience = self.config.train.early_stopping
         if patience and self.bad_evals >= patience:
             self.done = True
+
+    def restart_state(self) -> dict[str, Any]:
+        """What a divergence restart restores besides the weights (Melis Sec. 4.4)."""
+        state: dict[str, Any] = {
+            "optimizers": [opt.state_dict() for opt in self.optimizers],
+            "objective": self.objective.state_dict(),
+        }
+        if self.averager is not None:
+            state["averager"] = self.averager.state_dict()
+        return state
+
+    def _save_best(self, meta: dict[str, Any]) -> None:
+        raw_model, restart = None, None
+        if self.divergence.config.enabled:  # best/ then holds what a restart restores
+            restart = _clone(self.restart_state())
+            if self.averager is not None:
+                import copy
+
+                raw_model = copy.deepcopy(self.model)
+        with self.eval_weights():
+            ckpt.save_best(self.run_dir, self.model, meta, raw_model, restart)
 
     # ----------------------------------------------------------------------------------------
     def _backward(self, terms: Terms) -> float:
@@ -321,10 +343,12 @@ class Trainer:
         for opt in self.optimizers:
             opt.step()
         self.step += 1
-        if self.averager is not None:
-            self.averager.update(self.step)
         values = dict(terms.metrics)
         values["loss"] = float(terms.total().detach())
+        # A diverged iterate must not enter the averager: check before the update (Melis Sec. 4.4).
+        self._diverged = self.divergence.check(values["loss"])
+        if self.averager is not None and not self._diverged and math.isfinite(values["loss"]):
+            self.averager.update(self.step)
         values["grad_norm"] = grad_norm
         values["lr"] = self.schedule.lr
         if self.averager is not None:
@@ -371,7 +395,7 @@ class Trainer:
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{values['loss']:.3f}", lr=f"{values['lr']:.3g}")
-            if self.divergence.check(values["loss"]):
+            if self._diverged:
                 if not self.divergence.config.enabled:
                     self._stop_diverged(values["loss"])
                 self._restart_from_best(values["loss"])
@@ -403,16 +427,23 @@ class Trainer:
         return {"step": self.step, "epoch": self.epoch, "best_valid_loss": self.best_valid, "elapsed": self.elapsed}
 
     def _restart_from_best(self, loss: float) -> None:
-        """Divergence (Melis Sec. 4.4): back to the best weights (the initial ones before any
-        evaluation), fresh optimizer state, learning rate x lr_factor; data position and step go on."""
+        """Divergence (Melis Sec. 4.4): "reset the weights and the optimization state to the previous
+        best checkpoint and multiply the learning rate by 0.9". Restores the training weights, the
+        optimizer state, the averager and the objective's state saved with ``best/`` (their initial
+        values before any evaluation); the schedule, data position and step go on."""
         self.divergence.restart()
         best = self.run_dir / ckpt.CHECKPOINTS / ckpt.BEST
-        if (best / "model.safetensors").exists():
-            ckpt.load_weights(self.model, best)
+        restart = ckpt.load_restart_state(best) if (best / "model.safetensors").exists() else None
+        if restart is not None:
+            ckpt.load_weights(self.model, best, raw=True)
         else:
             self.model.load_state_dict(self.initial_weights)
-        for opt in self.optimizers:
-            opt.state.clear()
+            restart = self.initial_restart_state
+        for opt, opt_state in zip(self.optimizers, restart["optimizers"], strict=True):
+            opt.load_state_dict(opt_state)
+        self.objective.load_state_dict(restart["objective"])
+        if self.averager is not None:
+            self.averager.load_state_dict(restart["averager"])
         self.state = None
         self.metrics.write(
             {
@@ -446,6 +477,13 @@ class Trainer:
 
         total = self.config.train.max_steps or self.config.train.epochs * len(self.batches)
         return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True)
+
+
+def _clone(state: Any) -> Any:
+    """A deep copy of a state dict (tensors cloned), so that later steps do not change it."""
+    import copy
+
+    return copy.deepcopy(state)
 
 
 def _clip(params: list[nn.Parameter], max_norm: float) -> float:

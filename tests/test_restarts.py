@@ -1,0 +1,125 @@
+"""Divergence restarts (Melis Sec. 4.4): a diverged iterate stays out of the averager, and a restart
+restores the training weights, the optimizer state and the averager saved with ``best/``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from infolm.training.metrics import read_metrics
+from infolm.training.trainer import Trainer
+from tests.conftest import ROOT
+
+
+def _finite(state: Any) -> bool:
+    if isinstance(state, torch.Tensor):
+        return bool(torch.isfinite(state).all()) if state.is_floating_point() else True
+    if isinstance(state, dict):
+        return all(_finite(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return all(_finite(v) for v in state)
+    return True
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+@pytest.mark.parametrize("average", ["two-tailed", "ema"])
+def test_restart_restores_weights_optimizer_and_averager_from_best(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, average: str
+) -> None:
+    from infolm.build import train
+    from infolm.config import load_config
+
+    overrides = [
+        f"run.dir={tmp_path}",
+        "train.max_steps=14",
+        "train.eval_every=4",
+        "train.log_every=1",
+        "optim.name=adam",
+        "optim.lr=0.003",
+        f"optim.average={{name: {average}}}",
+        "train.divergence={enabled: true}",
+    ]
+    seen: dict[str, Any] = {}
+    original_step, original_restart = Trainer.train_step, Trainer._restart_from_best
+
+    def poisoned_step(self: Trainer, window: Any) -> dict[str, float]:
+        if self.step == 6 and "poisoned" not in seen:  # the weights that step 7 reads are NaN
+            seen["poisoned"] = True
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(math.nan)
+        return original_step(self, window)
+
+    def inspected_restart(self: Trainer, loss: float) -> None:
+        assert self.averager is not None
+        seen["averager_finite_at_divergence"] = _finite(self.averager.state_dict())
+        original_restart(self, loss)
+        best = self.run_dir / "checkpoints" / "best"
+        saved = torch.load(best / "restart.pt", weights_only=True)
+        raw = load_file(str(best / "raw_model.safetensors"))
+        seen["weights"] = all(torch.equal(v, raw[k]) for k, v in self.model.state_dict().items() if k in raw)
+        seen["optimizer"] = _equal(self.optimizers[0].state_dict(), saved["optimizers"][0])
+        seen["averager"] = _equal(self.averager.state_dict(), saved["averager"])
+
+    monkeypatch.setattr(Trainer, "train_step", poisoned_step)
+    monkeypatch.setattr(Trainer, "_restart_from_best", inspected_restart)
+    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+
+    assert seen["averager_finite_at_divergence"]  # the NaN iterate never entered the average
+    assert seen["weights"] and seen["optimizer"] and seen["averager"]
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    restart = [r for r in records if r.get("event") == "divergence_restart"]
+    assert [r["step"] for r in restart] == [7]
+    after = [r["loss"] for r in records if r.get("split") == "valid" and r["step"] > 7]
+    assert after and all(math.isfinite(loss) for loss in after)
+
+
+def test_restart_before_any_evaluation_restores_the_initial_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infolm.build import train
+    from infolm.config import load_config
+
+    overrides = [
+        f"run.dir={tmp_path}",
+        "train.max_steps=6",
+        "train.eval_every=6",
+        "optim.name=adam",
+        "optim.lr=0.003",
+        "optim.average={name: two-tailed}",
+        "train.divergence={enabled: true}",
+    ]
+    seen: dict[str, Any] = {}
+    original_step, original_restart = Trainer.train_step, Trainer._restart_from_best
+
+    def poisoned_step(self: Trainer, window: Any) -> dict[str, float]:
+        if self.step == 2 and "poisoned" not in seen:
+            seen["poisoned"] = True
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(math.nan)
+        return original_step(self, window)
+
+    def inspected_restart(self: Trainer, loss: float) -> None:
+        original_restart(self, loss)
+        assert self.averager is not None
+        seen["weights"] = all(torch.equal(v, self.initial_weights[k]) for k, v in self.model.state_dict().items())
+        seen["optimizer_empty"] = not self.optimizers[0].state
+        seen["averager"] = _equal(self.averager.state_dict(), self.initial_restart_state["averager"])
+
+    monkeypatch.setattr(Trainer, "train_step", poisoned_step)
+    monkeypatch.setattr(Trainer, "_restart_from_best", inspected_restart)
+    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+    assert seen["weights"] and seen["optimizer_empty"] and seen["averager"]
