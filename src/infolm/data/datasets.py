@@ -83,6 +83,14 @@ DATASETS: dict[str, DatasetSpec] = {
             "one symbol per line, uniform over 10,000 (Melis thesis Sec. 5.7.1; optimal NLL ln 10,000 = 9.2103)",
             generate=uniform_symbol_texts,
         ),
+        DatasetSpec(
+            "uniform-symbols-1000",
+            "word",
+            {},
+            {},
+            "one symbol per line, uniform over 1,000: a CPU-scale Sec. 5.7.1 task (optimal NLL ln 1,000 = 6.9078)",
+            generate=lambda: uniform_symbol_texts(symbols=1000),
+        ),
         DatasetSpec("ptb", "word", _PTB_FILES, _PTB_REMOTE, "Penn Treebank, Mikolov's word-level splits (embedded)"),
         DatasetSpec(
             "ptb-char", "char", _PTB_FILES, _PTB_REMOTE, "PTB characters derived the Mikolov way", _ptb_to_char

@@ -30,6 +30,10 @@ class LatentVariableModel(nn.Module):
         """The longest input row a model built from ``config`` reads (None: no limit)."""
         return None
 
+    def forward(self, tokens: Tensor, state: object = None) -> None:
+        """No shared forward pass: the latent objectives draw from q(z|x) and score ln p(x|z) themselves."""
+        return None
+
     def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:  # pragma: no cover - abstract
         """q(z|x): batch shape (B,)."""
         raise NotImplementedError

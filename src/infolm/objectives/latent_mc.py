@@ -4,7 +4,8 @@
 each with a base/gradient estimator: ``elbo``, ``iwae``, ``stl``, ``dreg`` (reparameterized,
 continuous latents) or ``reinforce``, ``vimco`` (score function, any latents). The math is in
 ``infolm.latent.estimators``; the surrogates in ``infolm.latent.gradients``. The loss is -Ô
-averaged over the sentences of a batch (one latent vector per sentence).
+summed over the sentences of a batch and divided by their scored tokens (one latent vector per
+sentence; the thesis reports NLL and KL per token), so it reads like a per-token loss.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class BetaVAEConfig(MonteCarloConfig):
 
 
 class MonteCarloObjective(Objective):
-    """-Ô averaged over sentences; logs Ô, the K-draw ln p(x) bound and MI estimate per sentence."""
+    """-Σ Ô / tokens over a batch; logs Ô, the K-draw ln p(x) bound and MI estimate per sentence."""
 
     needs = frozenset({"sentences"})
     protocols = frozenset({"latent-variable"})
@@ -154,7 +155,7 @@ class MonteCarloObjective(Objective):
             f"{self.name}_nll_bound": float(-iwae_bound(h, r).mean()),  # per sentence, from the training draws
             f"{self.name}_mi": float(kl_estimate(h, r).mean()) if h.size(0) > 1 else float(-r.mean()),
         }
-        return Terms(losses={self.name: -out.surrogate.mean()}, metrics=metrics, tokens=count)
+        return Terms(losses={self.name: -out.surrogate.sum() / max(count, 1)}, metrics=metrics, tokens=count)
 
 
 def require_latent_model(objective: Objective, model: nn.Module) -> None:
