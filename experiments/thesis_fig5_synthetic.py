@@ -88,7 +88,7 @@ def finished(run_dir: Path, steps: int) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/thesis-fig5-synthetic")
-    parser.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.5, 0.8, 0.9, 0.95])
+    parser.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.5, 0.8, 0.95])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--figures", nargs="+", default=list(FIGURES), choices=list(FIGURES))
@@ -96,10 +96,10 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     summary: dict = {"optimum": OPTIMUM, "steps": args.steps, "lams": args.lams, "runs": []}
-    for figure in args.figures:
-        base, curves = FIGURES[figure]
-        # λ outermost: every curve gets its spread of points before any curve gets more
-        for lam in args.lams:
+    # λ outermost: every curve of every figure gets its spread of points before any gets more
+    for lam in args.lams:
+        for figure in args.figures:
+            base, curves = FIGURES[figure]
             for label, objective in curves:
                 run_dir = out / figure / f"{slug(label)}-lam{lam:g}"
                 record = {"figure": figure, "curve": label, "lam": lam, "run": str(run_dir)}
@@ -108,6 +108,7 @@ def main() -> None:
                     record.update(command=" ".join(command), wall_s=round(seconds, 1))
                     print(f"{figure} {label} λ={lam:g}: {seconds:.0f} s", flush=True)
                 summary["runs"].append(record)
+    for figure in args.figures:
         runs = [r["run"] for r in summary["runs"] if r["figure"] == figure]
         pareto = [sys.executable, "-m", "infolm", "pareto", *runs, "--out", str(out / figure),
                   "--nll-key", "loss", "--mi-key", "mi", "--optimum", f"{OPTIMUM:.4f}"]  # fmt: skip
