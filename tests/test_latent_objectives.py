@@ -69,3 +69,24 @@ def test_loss_is_the_negated_objective_of_the_batch() -> None:
     )
     torch.testing.assert_close(terms.losses["mi-kl"], -value.sum() / 3)  # one symbol scored per row
     assert terms.tokens == 3
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["configs/sweeps/thesis-synthetic-mi-kl.yaml", "configs/sweeps/thesis-synthetic-mi-renyi.yaml",
+     "configs/sweeps/thesis-ptb-latent.yaml"],
+)  # fmt: skip
+def test_thesis_sweeps_accept_both_ends_of_table_5_2(path) -> None:
+    """Every Table 5.2 range end builds a valid model and objective (λ up to 0.9999 is below 1)."""
+    from infolm.config import load_config
+    from infolm.sweep import _override, load_sweep
+    from tests.conftest import ROOT
+
+    sweep, space = load_sweep(ROOT / path)
+    for end in ("low", "high"):
+        overrides = [*sweep.overrides, *(_override(k, getattr(spec, end)) for k, spec in space.items())]
+        config = load_config(ROOT / sweep.base, overrides)
+        settings = {k: v for k, v in config.model.items() if k != "name"}
+        MODELS.make_config(config.model["name"], settings, where="model")
+        for name, term in config.objective.items():
+            OBJECTIVES.build(name, term, where=f"objective.{name}")
