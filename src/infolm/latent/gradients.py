@@ -21,6 +21,7 @@ import dataclasses
 
 import torch
 from torch import Tensor
+from torch.distributions import Distribution
 
 from infolm.latent.base import LatentDraws, LatentVariableModel, analytic_kl
 from infolm.latent.estimators import (
@@ -79,7 +80,15 @@ def objective_surrogate(
     raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
 
 
-def _dreg(model, tokens, lengths, objective, z, q, p) -> SurrogateOutput:  # type: ignore[no-untyped-def]
+def _dreg(
+    model: LatentVariableModel,
+    tokens: Tensor,
+    lengths: Tensor,
+    objective: Objective,
+    z: Tensor,
+    q: Distribution,
+    p: Distribution,
+) -> SurrogateOutput:
     """Decoder: Σ_i ∂Ô/∂h_i ln p(x|z_i) at fixed z; encoder: Σ_i (path_h ∂h_i/∂z_i + path_r ∂r_i/∂z_i) ∂z_i/∂φ.
 
     The decoder runs once on a detached copy of z; the per-draw ∂h_i/∂z_i weighted by path_h comes
