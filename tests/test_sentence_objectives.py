@@ -60,7 +60,8 @@ def test_amim_loss_is_eq14_by_hand() -> None:
         log_q = gaussian_log_density(z[b], q.mean[b], q.stddev[b])
         log_anchor = gaussian_log_density(z[b], torch.zeros(3), torch.ones(3))
         by_hand.append(-(log_p + 0.5 * (log_q + log_anchor)))  # Alg. 1 line 3 / Eq. 14 without 1/2 H_P(x)
-    torch.testing.assert_close(terms.losses["amim"], torch.stack(by_hand).mean(), rtol=1e-5, atol=1e-5)
+    # summed over sentences, per scored token (12: words and <eos>)
+    torch.testing.assert_close(terms.losses["amim"], torch.stack(by_hand).sum() / 12, rtol=1e-5, atol=1e-5)
     assert terms.tokens == 12
 
 
@@ -77,7 +78,7 @@ def test_elbo_is_reconstruction_minus_the_closed_form_kl_and_annealing_scales_th
         torch.manual_seed(3)
         z = q.rsample((1,))[0].detach()
         log_p = torch.stack([decode_by_hand(model, s, z[b]) for b, s in enumerate(SENTENCES)])
-        torch.testing.assert_close(terms.losses["elbo"], -(log_p - beta * kl).mean(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(terms.losses["elbo"], -(log_p - beta * kl).sum() / 12, rtol=1e-5, atol=1e-5)
         assert terms.metrics["kl_weight"] == beta
 
 
@@ -87,7 +88,7 @@ def test_ae_reconstructs_from_the_posterior_mean() -> None:
     tokens = torch.tensor([s + [EOS] * (6 - len(s)) for s in SENTENCES])
     mean = model.posterior(tokens, torch.tensor([len(s) for s in SENTENCES])).mean
     log_p = torch.stack([decode_by_hand(model, s, mean[b]) for b, s in enumerate(SENTENCES)])
-    torch.testing.assert_close(terms.losses["ae"], -log_p.mean(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(terms.losses["ae"], -log_p.sum() / 12, rtol=1e-5, atol=1e-5)
     terms.losses["ae"].backward()
     assert model.to_log_var.weight.grad is None  # the variance head plays no part in the AE
 

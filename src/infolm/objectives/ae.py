@@ -1,6 +1,7 @@
 """The deterministic sequence auto-encoder baseline (AE of SentenceMIM Sec. 4.5).
 
-The sVAE loss without its KL term, with z the posterior mean: L = -1/N sum_i ln p(x_i | mu(x_i)).
+The sVAE loss without its KL term, with z the posterior mean: -ln p(x_i | mu(x_i)) per sentence,
+summed over the batch and divided by its scored tokens.
 The model is the same latent-variable model (its variance head is unused); evaluate it with
 ``mean`` codes.
 """
@@ -43,4 +44,5 @@ class AutoEncoder(Objective):
         tokens, lengths = sentence_rows(batch)
         z = model.posterior(tokens, lengths).mean.unsqueeze(0)  # (1, B, D)
         log_likelihood = model.log_likelihood(tokens, lengths, z)[0]  # (B,)
-        return Terms(losses={"ae": -log_likelihood.mean()}, tokens=int(lengths.sum()))
+        tokens_scored = int(model.scored_tokens(lengths).sum())
+        return Terms(losses={"ae": -log_likelihood.sum() / max(tokens_scored, 1)}, tokens=tokens_scored)

@@ -5,8 +5,10 @@ With a joint sample x_i ~ P(x), z_i ~ q(z|x_i) (reparameterized), Alg. 1 minimiz
     L_MIM = -1/N sum_i [ ln p(x_i|z_i) + 1/2 (ln q(z_i|x_i) + ln P(z_i)) ]
 
 the tractable upper bound of Eq. 14 on the A-MIM loss (Eq. 7) without its constant 1/2 H_P(x).
-P(z) = N(0, I) is the anchor: the model's ``prior()``. The loss is per sentence (summed over its
-tokens) and averaged over the batch, as Alg. 1. No KL annealing or other loss heuristic (Sec. 4.2).
+P(z) = N(0, I) is the anchor: the model's ``prior()``. No KL annealing or other loss heuristic
+(Sec. 4.2). The per-sentence losses are summed over the batch and divided by its scored tokens, like
+every training loss of infolm (Alg. 1 divides by the N sentences instead: the two differ by the
+batch's mean sentence length, a per-batch scale that Adam's normalization absorbs).
 """
 
 from __future__ import annotations
@@ -59,10 +61,11 @@ class AMIM(Objective):
         z = q.rsample((self.config.samples,))  # (K, B, D)
         log_likelihood = model.log_likelihood(tokens, lengths, z)  # (K, B)
         log_posterior, log_anchor = q.log_prob(z), anchor.log_prob(z)  # (K, B)
-        loss = amim_loss(log_likelihood, log_posterior, log_anchor).mean()
+        tokens_scored = int(model.scored_tokens(lengths).sum())
+        loss = amim_loss(log_likelihood, log_posterior, log_anchor).sum() / max(tokens_scored, 1)
         metrics = {
             "log_likelihood": float(log_likelihood.detach().mean()),
             "log_posterior": float(log_posterior.detach().mean()),
             "log_anchor": float(log_anchor.detach().mean()),
         }
-        return Terms(losses={"amim": loss}, metrics=metrics, tokens=int(lengths.sum()))
+        return Terms(losses={"amim": loss}, metrics=metrics, tokens=tokens_scored)

@@ -5,7 +5,8 @@
 with the KL in closed form (Gaussian posterior and prior) and reparameterized draws: the ``elbo``
 estimator of the shared latent core (``beta_vae_objective`` with beta from the schedule). beta = 1
 is the plain ELBO (the paper's PTB rows); ``anneal: logistic`` or ``linear`` gives the "+ kl" rows
-(``objectives/kl_annealing.py``). Per sentence, averaged over the batch.
+(``objectives/kl_annealing.py``). Summed over the batch's sentences and divided by its scored tokens
+(the trainer's per-token convention; the sentence-level ELBO is logged as ``elbo_sentence``).
 """
 
 from __future__ import annotations
@@ -68,5 +69,12 @@ class ELBO(Objective):
         out = objective_surrogate(model, tokens, lengths, beta_vae_objective(beta, self.config.samples), "elbo")
         draws = out.draws
         kl = draws.kl if draws.kl is not None else -draws.log_ratio.mean(0)
-        metrics = {"kl": float(kl.mean()), "kl_weight": beta, "log_likelihood": float(draws.log_likelihood.mean())}
-        return Terms(losses={"elbo": -out.surrogate.mean()}, metrics=metrics, tokens=int(lengths.sum()))
+        tokens_scored = int(model.scored_tokens(lengths).sum())
+        metrics = {
+            "kl": float(kl.mean()),
+            "kl_weight": beta,
+            "log_likelihood": float(draws.log_likelihood.mean()),
+            "elbo_sentence": float(out.value.mean()),
+        }
+        loss = -out.surrogate.sum() / max(tokens_scored, 1)
+        return Terms(losses={"elbo": loss}, metrics=metrics, tokens=tokens_scored)

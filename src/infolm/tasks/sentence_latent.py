@@ -1,0 +1,112 @@
+"""``sentence-latent``: a latent-variable model of single sentences (SentenceMIM, Bowman et al.'s
+sentence VAE, Melis thesis ch. 5).
+
+Training batches are ``sentence-lm``'s: one sentence per row with its ``<eos>``, length-bucketed and
+padded. The trainer runs no shared forward pass: the latent objectives (``amim``, ``elbo``, ``ae``,
+``mi-kl``, ...) draw from q(z|x) and score ln p(x|z) themselves. Evaluation scores every sentence of
+a split with the IWAE-K bound on -ln p(x) under the model's own prior (K = ``valid_samples`` on
+validation, ``test_samples`` on test) and reports the ELBO, the rate KL(q||p), the distortion, an MI
+estimate and the active units (``infolm.latent.evaluation``). Per-token values divide by the scored
+tokens (the words and each sentence's ``<eos>``; the words alone under a sentence-length prior).
+The selection metric is the per-token IWAE bound, or, for a deterministic auto-encoder whose
+posterior variance means nothing, the per-token reconstruction NLL at the posterior mean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from infolm.errors import InfolmError
+from infolm.tasks.base import Metrics, perplexity, register_task
+from infolm.tasks.sentence_lm import SentenceLM, SentenceLMConfig
+
+SELECTIONS = ("nll", "reconstruction")
+
+
+@dataclasses.dataclass
+class SentenceLatentConfig(SentenceLMConfig):
+    valid_samples: int = 100  # K of the IWAE bound on validation (Melis thesis ch. 5: 100; costly on CPU)
+    test_samples: int = 500  # K of the IWAE bound on test (Melis thesis ch. 5: 500)
+    chunk: int = 50  # draws per decoder pass in evaluation (memory: chunk x batch x length x vocabulary)
+    selection: str = "nll"  # nll: the IWAE-K bound per token | reconstruction: -ln p(x | E[q(z|x)]) per token (AE)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("valid_samples", "test_samples", "chunk"):
+            if getattr(self, key) < 1:
+                raise InfolmError(f"task.{key} must be at least 1, got {getattr(self, key)}")
+        if self.selection not in SELECTIONS:
+            raise InfolmError(f"task.selection must be one of {', '.join(SELECTIONS)}; got {self.selection!r}")
+
+
+@register_task("sentence-latent", config=SentenceLatentConfig)
+class SentenceLatent(SentenceLM):
+    """Latent-variable sentence model: sentence batches, IWAE-K / ELBO / KL / MI / active units evaluation."""
+
+    carries_state = False
+    shared_forward = False
+    provides = frozenset({"sentences"})
+    serves = frozenset({"latent-variable"})
+    config: SentenceLatentConfig
+
+    @torch.no_grad()
+    def evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:
+        from infolm.latent.evaluation import LatentAccumulator, latent_bounds
+
+        assert self.corpus is not None
+        sentences = self.sentences(split)
+        eos_id = self.corpus.vocab.eos_id
+        samples = self.config.test_samples if split == "test" else self.config.valid_samples
+        order = np.argsort(-sentences.lengths, kind="stable")  # longest first: little padding, fixed order
+        accumulator = LatentAccumulator(samples)
+        reconstruction = 0.0
+        was_training = model.training
+        model.eval()
+        try:
+            for start in range(0, len(order), self.data.eval_batch_size):
+                batch = sentences.batch(order[start : start + self.data.eval_batch_size], eos_id).to(device)
+                assert batch.lengths is not None and batch.padding_mask is not None
+                tokens = batch.targets.masked_fill(~batch.padding_mask, eos_id)  # the sentences, <eos> last
+                bounds = latent_bounds(model, tokens, batch.lengths, samples, self.config.chunk)
+                accumulator.add(bounds, int(model.scored_tokens(batch.lengths).sum()))
+                if self.config.selection == "reconstruction":
+                    mean = model.posterior(tokens, batch.lengths).mean.unsqueeze(0)
+                    reconstruction -= float(model.log_likelihood(tokens, batch.lengths, mean).sum())
+        finally:
+            model.train(was_training)
+        metrics = accumulator.metrics()
+        values = {
+            "nll": metrics.nll_per_token,
+            "ppl": metrics.ppl,
+            "sentence_nll": metrics.nll,
+            "elbo": metrics.elbo,
+            "kl": metrics.rate,
+            "distortion": metrics.distortion,
+            "mi": metrics.mutual_information,
+            "active_units": float(metrics.active_units),
+            "tokens": float(metrics.tokens),
+            "sentences": float(metrics.examples),
+            "samples": float(samples),
+        }
+        log_names = {"nll": "loss", "ppl": "ppl", "kl": "kl", "mi": "mi", "active_units": "active_units"}
+        selection = "nll"
+        if self.config.selection == "reconstruction":
+            values["reconstruction_nll"] = reconstruction / max(metrics.tokens, 1)
+            values["reconstruction_ppl"] = perplexity(values["reconstruction_nll"])
+            log_names["reconstruction_nll"] = "reconstruction_nll"
+            selection = "reconstruction_nll"
+        notes = [
+            f"nll: the IWAE-{samples} bound on -ln p(x) per scored token, with the model's prior",
+            "tokens: the words and each sentence's <eos> (the words alone under a length prior)",
+        ]
+        if not math.isfinite(values["nll"]):
+            notes.append("the bound is not finite: the model diverged")
+        return Metrics(values, selection=selection, log_names=log_names, notes=notes)
+
+    def generate(self, model: Any, prompt: list[int], settings: Any, generator: torch.Generator) -> list[list[int]]:
+        raise InfolmError("a latent-variable run samples with `infolm latent sample RUN` (z ~ N(0, 0.1^2 I))")
