@@ -119,3 +119,29 @@ def test_latent_size_zero_is_refused_when_the_config_is_read(
     code, _, err = run(capsys, "train", str(config), f"run.dir={tmp_path / 'run'}")
     assert code == 2 and "model.latent must be positive, got 0" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("objective", ["amim", "elbo", "ae"])
+def test_train_then_evaluate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str], objective: str) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("\n".join(LINES) + "\n")
+    config = tmp_path / "run.yaml"
+    selection = ", selection: reconstruction" if objective == "ae" else ""
+    lines = [
+        f"data: {{name: path, train: {data}, valid: {data}, test: {data}, batch_size: 2, eval_batch_size: 5}}",
+        f"task: {{name: sentence-latent, valid_samples: 2, test_samples: 2, chunk: 2{selection}}}",
+        "model: {name: sentence-gru, emb: 8, hidden: 12, latent: 3}",
+        f"objective: {{{objective}: {{}}}}",
+        "optim: {name: adam, lr: 0.01}",
+        "train: {epochs: 2, max_steps: 4, eval_every: 2, clip: 0, progress: false}",
+    ]
+    config.write_text("\n".join(lines) + "\n")
+    run_dir = tmp_path / "run"
+    code, out, err = run(capsys, "train", str(config), f"run.dir={run_dir}", "--json")
+    assert code == 0, err
+    assert json.loads(out)["step"] == 4
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r.get("split") == "valid"]
+    assert len(evals) == 2 and all("kl" in r and "mi" in r for r in evals)
+    code, out, _ = run(capsys, "latent", "evaluate", str(run_dir), "--samples", "2", "--json")
+    assert code == 0 and json.loads(out)["bounds"]["examples"] == 5
