@@ -2,8 +2,8 @@
 
 With time steps t and layers l = 1..L (Sec. 4.2):
 
-    x^0_t = E^in[w_t] * M^in                       input dropout
-    x^l_t = h^l_t * M^cell,l                       cell-output dropout, before the residual sum
+    x^0_t = E^in[w_t] * M^in_t                     input dropout (a new mask each step by default)
+    x^l_t = h^l_t * M^cell,l_t                     cell-output dropout, before the residual sum
     h_prev of layer l is read as h^l_{t-1} * M^state,l   (variational: one mask per sequence)
     layer 1 reads x^0_t; layer l > 1 reads sum_{i=1}^{l-1} x^i_t
     p(. | w_<t) = softmax((sum_{l=1}^L x^l_t) * M^out E^out + b^out)
@@ -43,7 +43,7 @@ class MelisConfig:
     dropout_state: float = 0.0  # variational M^state on h_prev (and on c in the RLSTM's o); [0, 0.8] (Table 2.4)
     dropout_cell: float = 0.0  # M^cell,l on each cell output before the residual sum; replaces inter-layer dropout
     dropout_output: float = 0.0  # M^out before the softmax; [0, 0.95] (Table 2.4)
-    locked_masks: bool = True  # one M^in, M^cell, M^out per sequence; False: a new mask each step (M_t, Sec. 4.2)
+    locked_masks: bool = False  # False: new M^in, M^cell, M^out each step (M_t, Sec. 4.2); True: one per sequence
     chrono_t_max: float = 0.0  # > 0: forget biases b^f ~ ln U(1, T_max - 1) (Sec. 4.4); tuned in [e^2, e^5]
     init_range: float = 0.1  # embedding ~ U(-init_range, init_range); cells use U(-1/sqrt(n), 1/sqrt(n))
     backend: str = "fused"  # cell implementation: fused (hand-written BPTT, fast) | eager (autograd reference)
