@@ -139,3 +139,16 @@ def test_evaluate_full_splits(run_dir):
     result = run_cli("evaluate", str(run_dir), "--split", "valid", "--full-splits", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["tokens"] == 73760  # all of PTB valid, <eos> included
+
+
+def test_evaluate_mc_dropout_tunes_rate_scale_and_temperature(run_dir):
+    result = run_cli("evaluate", str(run_dir), "--mc-dropout", "2", "--mc-tune-tokens", "300", "--json")
+    assert result.returncode == 0, result.stderr
+    mc = json.loads(result.stdout)["mc_dropout"]
+    assert mc["rate_scale"] in (0.6, 0.8, 1.0) and mc["temperature"] in (0.9, 0.95, 1.0, 1.05, 1.1)
+    assert mc["tuned_on_valid_tokens"] == 300
+
+
+def test_evaluate_dynamic_bptt_must_be_positive_integers(run_dir):
+    result = run_cli("evaluate", str(run_dir), "--dynamic", "--dynamic-bptt", "5,x")
+    assert_one_line_error(result, "--dynamic-bptt takes positive integers")

@@ -120,10 +120,26 @@ def test_adaptation_helps_on_repeated_text_and_grid_search_picks_best() -> None:
     static = dynamic_evaluate(model, stream, EOS, ms, DynamicEvalConfig(lr=0.0, bptt=5)).loss
     adapted = dynamic_evaluate(model, stream, EOS, ms, DynamicEvalConfig(lr=1e-2, decay=1e-3, bptt=5)).loss
     assert adapted < static - 0.3  # 1.97 vs 2.45 nats
-    grid = DynamicEvalGrid(lr=[0.0, 1e-2], decay=[1e-3], epsilon=[1e-5])
+    grid = DynamicEvalGrid(lr=[0.0, 1e-2], decay=[1e-3], epsilon=[1e-5], bptt=[])
     best, trials = tune_dynamic_eval(model, stream, EOS, ms, DynamicEvalConfig(bptt=5), grid)
     assert best.lr == 1e-2 and len(trials) == 2
     assert trials[0][1] == pytest.approx(static)
+
+
+def test_grid_tunes_max_time_steps_and_ms_batch_is_the_thesis_value() -> None:
+    """Table 2.6 tunes max_time_steps (the update segment length) too; MS is collected with batch 1024."""
+    assert DynamicEvalConfig().ms_batch_size == 1024
+    torch.manual_seed(1)
+    model = TinyLSTM(dropout=0.0)
+    stream = torch.randint(1, V, (15,)).repeat(6)
+    ms = gradient_statistics(model, torch.randint(1, V, (200,)), EOS, batch_size=4, bptt=10)
+    grid = DynamicEvalGrid(lr=[1e-2], decay=[1e-3], epsilon=[1e-5], bptt=[2, 5, 15])
+    best, trials = tune_dynamic_eval(model, stream, EOS, ms, DynamicEvalConfig(), grid)
+    assert [c.bptt for c, _ in trials] == [2, 5, 15]
+    for config, loss in trials:
+        assert loss == pytest.approx(dynamic_evaluate(model, stream, EOS, ms, config).loss)
+    assert best == min(trials, key=lambda trial: trial[1])[0]
+    assert len({round(loss, 6) for _, loss in trials}) == 3  # the segment length matters
 
 
 def test_bad_inputs_fail_clearly(model_and_stream) -> None:

@@ -90,3 +90,70 @@ def test_rng_untouched_and_mode_restored(stream: Tensor) -> None:
     assert mc_dropout_evaluate(model, stream, EOS, MCDropoutConfig(samples=2, bptt=8)).nll == first.nll
     with pytest.raises(InfolmError, match="samples"):
         MCDropoutConfig(samples=0)
+
+
+def test_rate_scale_zero_and_temperature_equal_deterministic_evaluation(stream: Tensor) -> None:
+    """Sec. 2.2.2 settings: rates x 0 is deterministic evaluation; the temperature divides the logits."""
+    from infolm.evaluation.temperature import nll_at_temperatures
+    from infolm.models import MODELS
+
+    torch.manual_seed(1)
+    model = MODELS.build(
+        "lstm", {"emb": 8, "hidden": 8, "layers": 2, "dropout": 0.4, "dropout_input": 0.3}, vocab_size=V
+    )
+    rates = (model.config.dropout, model.config.dropout_input)
+    config = MCDropoutConfig(samples=3, batch_size=2, bptt=5, rate_scale=0.0, temperature=1.3)
+    got = mc_dropout_evaluate(model, stream, EOS, config)
+    assert (model.config.dropout, model.config.dropout_input) == rates  # restored
+    model.eval()
+    logits, targets = [], []
+    with torch.no_grad():
+        state = model.init_state(2)
+        for inputs, window_targets in stream_batches(stream, EOS, 2, 5):
+            output = model(inputs, state)
+            state = output.state
+            logits.append(output.logits)
+            targets.append(window_targets)
+    expected = nll_at_temperatures(torch.cat(logits, 1), torch.cat(targets, 1), [1.3])[0].item()
+    assert got.nll == pytest.approx(expected, rel=1e-5)
+
+
+def test_scaled_dropout_rates_scales_modules_and_configs() -> None:
+    from infolm.evaluation.mc_dropout import scaled_dropout_rates
+    from infolm.models import MODELS
+
+    tiny = TinyLSTM(0.5)
+    lstm = MODELS.build("lstm", {"emb": 8, "hidden": 8, "dropout": 0.6, "weight_drop": 0.2}, vocab_size=V)
+    with scaled_dropout_rates(tiny, 0.5), scaled_dropout_rates(lstm, 2.0):
+        assert tiny.drop.p == 0.25
+        assert lstm.config.dropout == 0.95 and lstm.config.weight_drop == 0.4  # capped at 0.95
+    assert tiny.drop.p == 0.5 and lstm.config.dropout == 0.6 and lstm.config.weight_drop == 0.2
+
+
+def test_run_mc_dropout_tunes_rate_scale_and_temperature_on_valid(stream: Tensor) -> None:
+    from infolm.evaluation.mc_dropout import MCDropoutGrid, run_mc_dropout
+
+    class Corpus:
+        class vocab:  # noqa: N801 - the corpus attribute the evaluation reads
+            eos_id = EOS
+
+        def stream(self, split: str) -> Tensor:
+            return stream if split == "valid" else stream.flip(0)
+
+    torch.manual_seed(2)
+    model = TinyLSTM(0.5)
+    config = MCDropoutConfig(samples=4, batch_size=2, bptt=5)
+    grid = MCDropoutGrid(rate_scales=(0.0, 1.0), temperatures=(0.5, 1.0, 2.0))
+    result = run_mc_dropout(model, Corpus(), config, grid=grid)
+    trials = [
+        mc_dropout_evaluate(model, stream, EOS, MCDropoutConfig(4, 1, 2, 5, 0, scale, temperature)).loss
+        for scale in grid.rate_scales
+        for temperature in grid.temperatures
+    ]
+    assert result["valid_nll"] == pytest.approx(min(trials))
+    best = trials.index(min(trials))
+    assert (result["rate_scale"], result["temperature"]) == (grid.rate_scales[best // 3], grid.temperatures[best % 3])
+    untuned = run_mc_dropout(model, Corpus(), config, grid=MCDropoutGrid((), ()))
+    assert (untuned["rate_scale"], untuned["temperature"]) == (1.0, 1.0) and untuned["valid_nll"] == pytest.approx(
+        trials[4]
+    )

@@ -31,6 +31,16 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _positive_int(text: str, flag: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InfolmError(f"{flag} takes positive integers separated by commas, got {text.strip()!r}")
+    return value
+
+
 def _print(payload: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(_finite(payload), allow_nan=False))
@@ -89,15 +99,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         result["temperature"] = run_temperature(model, corpus, batch_size, bptt, device)
     if args.mc_dropout:
-        from infolm.evaluation.mc_dropout import MCDropoutConfig, run_mc_dropout
+        from infolm.evaluation.mc_dropout import MCDropoutConfig, MCDropoutGrid, run_mc_dropout
 
         mc = MCDropoutConfig(samples=args.mc_dropout, batch_size=batch_size, bptt=bptt, seed=args.seed)
-        result["mc_dropout"] = run_mc_dropout(model, corpus, mc, device)
+        mc_grid = MCDropoutGrid(max_tokens=args.mc_tune_tokens or None)
+        if args.mc_no_tuning:
+            mc_grid = MCDropoutGrid((), ())
+        result["mc_dropout"] = run_mc_dropout(model, corpus, mc, device, mc_grid)
     if args.dynamic:
         from infolm.evaluation.dynamic import DynamicEvalConfig, DynamicEvalGrid, run_dynamic_eval
 
-        base = DynamicEvalConfig(ms_max_tokens=args.dynamic_ms_tokens or None)
-        grid = DynamicEvalGrid(max_tokens=args.dynamic_tune_tokens or None)
+        base = DynamicEvalConfig(ms_max_tokens=args.dynamic_ms_tokens or None, ms_batch_size=args.dynamic_ms_batch)
+        steps = [_positive_int(v, "--dynamic-bptt") for v in args.dynamic_bptt.split(",") if v.strip()]
+        grid = DynamicEvalGrid(max_tokens=args.dynamic_tune_tokens or None, bptt=steps)
         result["dynamic"] = run_dynamic_eval(model, corpus, base, grid, device)
     if args.reverse_ppl:
         from infolm.evaluation.reverse_ppl import ReversePPLConfig, reverse_perplexity
@@ -250,9 +264,17 @@ def make_parser() -> Parser:
         "--tune-temperature", action="store_true", help="softmax temperature tuned on valid, applied to test"
     )
     p.add_argument("--mc-dropout", type=int, default=0, metavar="N", help="also Monte Carlo dropout with N masks")
+    p.add_argument("--mc-tune-tokens", type=int, default=0, help="MC dropout: valid tokens for tuning (0: all)")
+    p.add_argument(
+        "--mc-no-tuning", action="store_true", help="MC dropout without the tuned rate scale and temperature"
+    )
     p.add_argument("--dynamic", action="store_true", help="also dynamic evaluation (tuned on valid)")
     p.add_argument("--dynamic-ms-tokens", type=int, default=0, help="train tokens for the MS statistics (0: all)")
     p.add_argument("--dynamic-tune-tokens", type=int, default=0, help="valid tokens for tuning (0: all)")
+    p.add_argument("--dynamic-ms-batch", type=int, default=1024, help="rows per batch collecting MS (thesis: 1024)")
+    p.add_argument(
+        "--dynamic-bptt", default="5,10,20", help="max_time_steps candidates (thesis: up to 20 word, 50 char)"
+    )
     p.add_argument("--reverse-ppl", type=int, default=0, metavar="N", help="reverse perplexity from N generated tokens")
     p.add_argument("--mi-generated", type=int, default=0, metavar="N", help="segment MI of N generated vs real tokens")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling-based evaluations")

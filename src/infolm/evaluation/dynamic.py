@@ -38,9 +38,11 @@ class DynamicEvalConfig:
     lr: float = 1e-4  # eta of Eq. 8 (Melis et al. 2020 tune it in [1e-6, 1e-3], log scale)
     decay: float = 1e-3  # lambda, decay towards the trained weights (tuned in [1e-6, 1e-2], log scale)
     epsilon: float = 1e-5  # added to sqrt(MS) (tuned in [1e-8, 1e-2], log scale)
-    bptt: int = 20  # segment length: one update per segment (at most 20 word / 50 char in Melis et al.)
+    bptt: int = (
+        20  # segment length, max_time_steps: one update per segment (tuned in 1..20 word / 1..50 char, Table 2.6)
+    )
     batch_size: int = 1  # parallel rows of the split sharing the weights (1: one stream, as in Krause et al.)
-    ms_batch_size: int = 64  # rows of the training stream per batch when collecting MS (Melis et al.: 1024)
+    ms_batch_size: int = 1024  # rows of the training stream per batch when collecting MS (thesis App. 2.A: 1024)
     ms_bptt: int = 20  # window length when collecting MS
     ms_max_tokens: int | None = None  # collect MS on at most this many training tokens (None: all)
 
@@ -59,12 +61,15 @@ class DynamicEvalGrid:
     lr: list[float] = dataclasses.field(default_factory=lambda: [1e-5, 1e-4, 1e-3])  # eta candidates
     decay: list[float] = dataclasses.field(default_factory=lambda: [1e-3, 1e-2])  # lambda candidates
     epsilon: list[float] = dataclasses.field(default_factory=lambda: [1e-5, 1e-3])  # epsilon candidates
+    # max_time_steps candidates (Table 2.6 tunes it in 1..20 word-level, 1..50 character-level); empty: base's
+    bptt: list[int] = dataclasses.field(default_factory=lambda: [5, 10, 20])
     max_tokens: int | None = None  # tune on the first N validation tokens (None: all of it)
 
     def candidates(self, base: DynamicEvalConfig) -> list[DynamicEvalConfig]:
+        steps = self.bptt or [base.bptt]
         return [
-            dataclasses.replace(base, lr=lr, decay=decay, epsilon=eps)
-            for lr, decay, eps in itertools.product(self.lr, self.decay, self.epsilon)
+            dataclasses.replace(base, lr=lr, decay=decay, epsilon=eps, bptt=bptt)
+            for lr, decay, eps, bptt in itertools.product(self.lr, self.decay, self.epsilon, steps)
         ]
 
 
@@ -203,7 +208,8 @@ def tune_dynamic_eval(
     grid: DynamicEvalGrid | None = None,
     device: torch.device | str | None = None,
 ) -> tuple[DynamicEvalConfig, list[tuple[DynamicEvalConfig, float]]]:
-    """Grid search of (lr, decay, epsilon) on validation; returns the best config and every trial's loss."""
+    """Grid search of (lr, decay, epsilon, max_time_steps) on validation (Table 2.6); returns the best
+    config and every trial's loss."""
     base = base or DynamicEvalConfig()
     grid = grid or DynamicEvalGrid()
     stream = valid_stream[: grid.max_tokens] if grid.max_tokens is not None else valid_stream
@@ -248,5 +254,8 @@ def run_dynamic_eval(
         "decay": best.decay,
         "epsilon": best.epsilon,
         "bptt": best.bptt,
-        "trials": [{"lr": c.lr, "decay": c.decay, "epsilon": c.epsilon, "nll": loss} for c, loss in trials],
+        "ms_batch_size": base.ms_batch_size,
+        "trials": [
+            {"lr": c.lr, "decay": c.decay, "epsilon": c.epsilon, "bptt": c.bptt, "nll": loss} for c, loss in trials
+        ],
     }
