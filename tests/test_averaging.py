@@ -229,6 +229,25 @@ def test_tail_with_nt_trigger_starts_averaging_after_trigger() -> None:
     assert averaged_value(averager, param) == pytest.approx(15.0)
 
 
+def test_tail_with_nt_trigger_starts_at_80_percent_of_training_at_the_latest() -> None:
+    """Thesis Sec. 2.2.2: averaging starts on the trigger "or at 80% of the training time at the latest"."""
+    param = scalar_param()
+    averager = TailAverager(TailConfig(nonmono=2), [param])
+    averager.set_horizon(10)
+    for step in range(1, 11):
+        set_value(param, float(step))
+        averager.update(step)
+        if step % 2 == 0:
+            averager.observe(lambda step=step: 10.0 - step)  # improving: the trigger never fires
+    assert averager.started_at == 8 and averager.count == 3
+    assert averaged_value(averager, param) == pytest.approx(9.0)  # steps 8, 9, 10
+    off = TailAverager(TailConfig(nonmono=2, latest=0.0), [scalar_param()])
+    off.set_horizon(10)
+    for step in range(1, 11):
+        off.update(step)
+    assert off.started_at == -1 and off.count == 0
+
+
 def test_nt_trigger_condition_of_merity_et_al() -> None:
     trigger = NonMonotoneTrigger(nonmono=5)
     fired = [trigger.observe(v) for v in [3.0, 4.0, 4.0, 4.0, 4.0, 2.9, 3.5, 2.0, 5.0]]

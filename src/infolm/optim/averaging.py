@@ -58,6 +58,9 @@ class WeightAverager:
         """Add the parameters after optimizer step ``step`` (1-based) to the average."""
         self._check_not_swapped("update")
 
+    def set_horizon(self, total_steps: int) -> None:
+        """The number of training steps of the run (announced by the trainer; default: unused)."""
+
     def observe(self, evaluate: Evaluate) -> float:
         """At an evaluation point: the validation loss of the weights ``swap_in`` loads."""
         self._check_not_swapped("observe")
@@ -312,12 +315,17 @@ class TwoTailedAverager(WeightAverager):
 class TailConfig:
     start: int = 0  # s of Eq. 3.2: average the iterates of steps >= start (tuned; 0 = Polyak from step 1)
     nonmono: int = 0  # > 0: start instead when the NT-ASGD trigger fires at an evaluation (Merity et al. 2017: 5)
+    latest: float = (
+        0.8  # with nonmono: start at this fraction of the training steps at the latest (thesis 2.2.2); 0: off
+    )
 
     def __post_init__(self) -> None:
         if self.start < 0 or self.nonmono < 0:
             raise InfolmError(
                 f"tail averaging start and nonmono must be non-negative, got {self.start}, {self.nonmono}"
             )
+        if not 0.0 <= self.latest <= 1.0:
+            raise InfolmError(f"tail averaging latest must be a fraction in [0, 1], got {self.latest}")
 
 
 @register_averager("tail", config=TailConfig)
@@ -326,7 +334,8 @@ class TailAverager(WeightAverager):
 
     With ``nonmono > 0`` averaging starts after the evaluation at which the validation loss of the
     raw weights is worse than the best of all but the last ``nonmono`` evaluations: NT-ASGD
-    (Merity et al. 2017) with any optimizer.
+    (Merity et al. 2017) with any optimizer; "or at 80% of the training time at the latest" (thesis
+    Sec. 2.2.2: ``latest`` x the training steps the trainer announces with ``set_horizon``).
     """
 
     def __init__(self, config: TailConfig, params: Iterable[nn.Parameter]) -> None:
@@ -336,6 +345,10 @@ class TailAverager(WeightAverager):
         self.trigger = NonMonotoneTrigger(config.nonmono) if config.nonmono > 0 else None
         self.started_at = -1 if self.trigger is not None else config.start  # first averaged step (-1: not yet)
         self.last_step = 0
+        self.horizon = 0  # training steps of the run (0: unknown)
+
+    def set_horizon(self, total_steps: int) -> None:
+        self.horizon = total_steps
 
     def average(self) -> list[Tensor] | None:
         return self.mean if self.count > 0 else None
@@ -343,11 +356,14 @@ class TailAverager(WeightAverager):
     def update(self, step: int) -> None:
         super().update(step)
         self.last_step = step
+        latest = math.ceil(self.config.latest * self.horizon)
+        if self.started_at < 0 and self.config.latest > 0 and self.horizon > 0 and step >= latest:
+            self.started_at = step  # the trigger has not fired by the latest start
         if 0 <= self.started_at <= step:
             self.count = _add_to_mean(self.mean, self.count, self.params)
 
     def observe(self, evaluate: Evaluate) -> float:
-        if self.trigger is None or self.trigger.triggered:
+        if self.trigger is None or self.trigger.triggered or self.started_at >= 0:
             return super().observe(evaluate)
         loss = float(evaluate())  # raw weights: nothing averaged yet
         if self.trigger.observe(loss):

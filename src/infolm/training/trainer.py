@@ -108,6 +108,8 @@ class Trainer:
         self.averager = averager
         self.meta = dict(meta or {})
         self.batches = task.train_batches(self.rank, self.world_size)  # this rank's rows of every batch
+        if averager is not None:
+            averager.set_horizon(self.total_steps())  # tail averaging's latest start (a fraction of the run)
         self.optimizers = build_optimizers(config.optim, self.model, self.objective.param_groups())
         self.schedule = LRSchedule(config.optim)
         self.metrics = MetricsLog(
@@ -470,12 +472,18 @@ class Trainer:
         self.elapsed += time.perf_counter() - tick
         self.save()
 
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole run: ``train.max_steps`` or the epochs' batches, the fewer."""
+        by_epochs = self.config.train.epochs * len(self.batches)
+        max_steps = self.config.train.max_steps
+        return by_epochs if max_steps is None else min(max_steps, by_epochs)
+
     def _progress(self) -> Any:
         if not (self.config.train.progress and self.is_main and sys.stdout.isatty()):
             return None
         from tqdm import tqdm
 
-        total = self.config.train.max_steps or self.config.train.epochs * len(self.batches)
+        total = self.total_steps()
         return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True)
 
 
