@@ -2,6 +2,7 @@
 
 import copy
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -267,3 +268,53 @@ def test_melis_config_errors_are_one_line():
         MODELS.build("melis", {"cell": "gru"}, vocab_size=V)
     with pytest.raises(InfolmError, match="chrono_t_max"):
         MelisConfig(chrono_t_max=1.5)
+
+
+def test_melis_input_embedding_ratio_sets_the_embedding_size():
+    """App. 2.A: m = ratio x n with a projection to the output embedding; a ratio >= 1 gives m = n, no projection."""
+    half = MODELS.build("melis", {"cell": "lstm", "hidden": 8, "input_embedding_ratio": 0.5}, vocab_size=V)
+    assert half.embedding.weight.shape == (V, 4) and half.projection is not None
+    full = MODELS.build("melis", {"cell": "lstm", "hidden": 8, "emb": 3, "input_embedding_ratio": 1.5}, vocab_size=V)
+    assert full.embedding.weight.shape == (V, 8) and full.projection is None
+    assert half(torch.randint(0, V, (2, 3))).logits.shape == (2, 3, V)
+    with pytest.raises(InfolmError, match="input_embedding_ratio"):
+        MelisConfig(input_embedding_ratio=-0.1)
+
+
+def test_the_mogrifier_sweep_tunes_every_table_2_4_parameter():
+    import yaml
+
+    sweep = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "configs/sweeps/melis-small-mogrifier.yaml").read_text()
+    )
+    assert sweep["params"]["model.input_embedding_ratio"] == {"type": "uniform", "low": 0.0, "high": 2.0}
+    assert len(sweep["params"]) == 9  # Table 2.4's nine rows
+
+
+def test_the_chapter_4_recipe_config_trains(tmp_path):
+    """configs/ptb/melis-ch4-mogrifier-rlstm.yaml: RAdam, chrono init, restarts, per-step masks, D = 8."""
+    from infolm.build import train
+    from infolm.config import load_config
+    from infolm.training.metrics import read_metrics
+
+    root = Path(__file__).resolve().parents[1]
+    shrink = [
+        f"run.dir={tmp_path}",
+        "run.device=cpu",
+        "data.max_train_tokens=3000",
+        "data.max_eval_tokens=300",
+        "data.batch_size=4",
+        "data.bptt=10",
+        "model.hidden=16",
+        "model.rank=4",
+        "train.max_steps=2",
+        "train.log_every=1",
+        "train.progress=false",
+    ]
+    config = load_config(root / "configs/ptb/melis-ch4-mogrifier-rlstm.yaml", shrink)
+    assert config.optim.name == "radam" and config.train.divergence == {"enabled": True}
+    assert config.objective == {"multisample": {"samples": 8}} and config.model["chrono_t_max"] > 2
+    assert "locked_masks" not in config.model and not MelisConfig().locked_masks  # per-step masks
+    train(config, shrink)
+    steps = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "loss" in r and r.get("split") != "valid"]
+    assert len(steps) == 2 and all(math.isfinite(r["loss"]) for r in steps)

@@ -34,6 +34,8 @@ class MelisConfig:
     layers: int = 2  # recurrent layers (thesis: 2 on PTB / Wikitext-2, 6 on Enwik8 / Text8, Sec. 4.6)
     hidden: int = 200  # cell state size n of every layer
     emb: int | None = None  # embedding size m; None: = hidden (Sec. 4.2 assumes m = n, no projection)
+    # m = round(ratio x hidden) instead of emb; >= 1: m = n and no projection (App. 2.A, tuned in [0, 2], Table 2.4)
+    input_embedding_ratio: float | None = None
     rounds: int = 5  # Mogrifier rounds r (Eq. 2.2); tuned in 0..6, best r in {5, 6} (Sec. 2.3.1)
     rank: int = 64  # rank k of Q^i, R^i; <= 0: full rank (App. 2.A); best k in [40..90] (Sec. 2.3.1)
     capped_input_gate: bool = True  # LSTM/Mogrifier: c = f c + min(i, 1 - f) j, as the thesis's LSTM (Sec. 4.6)
@@ -60,11 +62,21 @@ class MelisConfig:
             raise InfolmError(f"model.emb must be positive, got {self.emb}")
         if self.rounds < 0:
             raise InfolmError(f"model.rounds must be >= 0, got {self.rounds}")
+        if self.input_embedding_ratio is not None and self.input_embedding_ratio < 0:
+            raise InfolmError(f"model.input_embedding_ratio must be >= 0, got {self.input_embedding_ratio}")
         for key in ("dropout_input", "dropout_state", "dropout_cell", "dropout_output"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise InfolmError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
         if self.chrono_t_max != 0.0 and self.chrono_t_max <= 2.0:
             raise InfolmError(f"model.chrono_t_max must be 0 (off) or > 2, got {self.chrono_t_max}")
+
+
+def embedding_size(config: MelisConfig) -> int:
+    """m: ``input_embedding_ratio`` x hidden when set (at least 1; a ratio >= 1 gives m = n), else ``emb``."""
+    ratio = config.input_embedding_ratio
+    if ratio is None:
+        return config.emb or config.hidden
+    return config.hidden if ratio >= 1.0 else max(1, round(ratio * config.hidden))
 
 
 def dropout_mask(like: Tensor, p: float, locked: bool) -> Tensor | None:
@@ -87,7 +99,7 @@ class MelisLM(LanguageModel):
         super().__init__()
         self.config = config
         self.vocab_size = vocab_size
-        emb = config.emb or config.hidden
+        emb = embedding_size(config)
         self.embedding = nn.Embedding(vocab_size, emb)
         nn.init.uniform_(self.embedding.weight, -config.init_range, config.init_range)
         self.cells = nn.ModuleList(
