@@ -20,7 +20,7 @@ def test_synthetic_run_and_its_frontier(tmp_path) -> None:
     final = [r for r in records if "mi" in r][-1]
     # the split holds every symbol once: its NLL cannot lie below the entropy ln 1,000
     assert final["loss"] >= math.log(1000) - 1e-3
-    result = run_cli("pareto", str(run), "--out", str(tmp_path / "pareto"), "--nll-key", "loss", "--mi-key", "mi")
+    result = run_cli("pareto", str(run), "--out", str(tmp_path / "pareto"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "pareto" / "pareto.csv").read_text().count("\n") == 2
 

@@ -81,9 +81,18 @@ def fold_samples(x: Tensor, samples: int) -> Tensor:
 
 
 @torch.no_grad()
-def draw(model: LatentVariableModel, tokens: Tensor, lengths: Tensor, samples: int, chunk: int = 0) -> LatentDraws:
-    """K draws without gradients (evaluation); the decoder sees ``chunk`` draws at a time (0: all)."""
-    q, p = model.posterior(tokens, lengths), model.prior()
+def draw(
+    model: LatentVariableModel,
+    tokens: Tensor,
+    lengths: Tensor,
+    samples: int,
+    chunk: int = 0,
+    posterior: Distribution | None = None,
+) -> LatentDraws:
+    """K draws without gradients (evaluation); the decoder sees ``chunk`` draws at a time (0: all).
+    ``posterior``: q(z|x) of this batch when the caller already has it."""
+    q = model.posterior(tokens, lengths) if posterior is None else posterior
+    p = model.prior()
     z = q.sample((samples,))  # (K, B, *event)
     step = chunk if chunk > 0 else samples
     h = torch.cat([model.log_likelihood(tokens, lengths, z[i : i + step]) for i in range(0, samples, step)])

@@ -40,11 +40,11 @@ def latent_bounds(
     """Bounds of one batch from ``samples`` draws per example (the thesis: 100 valid, 500 test)."""
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
-    draws = draw(model, tokens, lengths, samples, chunk)
+    q = model.posterior(tokens, lengths)
+    draws = draw(model, tokens, lengths, samples, chunk, posterior=q)
     h, r = draws.log_likelihood, draws.log_ratio
     rate = draws.kl if draws.kl is not None else -r.mean(0)
     distortion = -h.mean(0)
-    q = model.posterior(tokens, lengths)
     return LatentBounds(
         log_likelihood_bound=iwae_bound(h, r),
         elbo=-distortion - rate,
