@@ -1,0 +1,127 @@
+"""SentenceMIM Tables 2, 6 and 7 at a CPU scale: evaluate the runs of experiments/smim_ptb_cpu.sh
+and print the markdown table of docs/results.md (paper numbers beside ours).
+
+    python experiments/smim_ptb_table2.py --runs runs/smim-ptb-cpu --seeds 0 --samples 20 --sentences 1000
+
+For each seed, sMIM / sVAE / AE are scored on the first ``--sentences`` PTB test sentences with
+``infolm.evaluation.latent_report`` (IWAE-K bound with the model's prior, KL, MI, active units,
+BLEU-1 of greedy reconstructions, Kraskov entropy of the codes, and MELBO apart); the sentence LSTM
+LM on the same sentences with its task's evaluation. Each run's report is saved as
+``<run>/report-test.json``; an existing report is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+LATENT = {"smim": "sMIM (A-MIM)", "svae": "sVAE (ELBO)", "ae": "AE"}
+PAPER = {  # Table 2 (PTB, latent 16), Table 6 (entropy, 16D) and Table 7 (BLEU-1, 16D)
+    "smim": {"nll": "≤ 98.35 (MELBO)", "kl": "–", "bleu": "0.35", "entropy": "11.54"},
+    "svae": {"nll": "≤ 106.84 (ELBO)", "kl": "1.6", "bleu": "0.124", "entropy": "–"},
+    "ae": {"nll": "–", "kl": "–", "bleu": "0.348", "entropy": "35.95"},
+    "sentence-lstm": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
+}
+
+
+def latent_run_report(run: Path, samples: int, sentences: int) -> dict[str, Any]:
+    from infolm.build import load_run
+    from infolm.evaluation.latent_report import latent_report
+    from infolm.objectives import OBJECTIVES
+
+    saved = run / "report-test.json"
+    if saved.exists():
+        return dict(json.loads(saved.read_text()))
+    config, corpus, model = load_run(run, "cpu", full_splits=True)
+    deterministic = any(getattr(OBJECTIVES.get(n).factory, "deterministic_latent", False) for n in config.objective)
+    report = latent_report(
+        model,
+        corpus,
+        "test",
+        samples=samples,
+        chunk=max(1, min(samples, 10)),
+        batch_size=20,
+        max_sentences=sentences,
+        mode="mean" if deterministic else "sample",
+        melbo=True,
+    )
+    saved.write_text(json.dumps(report))
+    return report
+
+
+def lm_run_report(run: Path, sentences: int) -> dict[str, Any]:
+    from infolm.build import build_task, load_run
+
+    saved = run / "report-test.json"
+    if saved.exists():
+        return dict(json.loads(saved.read_text()))
+    config, corpus, model = load_run(run, "cpu", full_splits=True)
+    offsets = corpus.sentence_offsets("test")
+    corpus = corpus.truncated("test", int(offsets[min(sentences, len(offsets) - 1)]))
+    metrics = build_task(config, corpus).evaluate(model, "test")
+    report = {"split": "test", "sentences": int(metrics.values["sentences"]), "values": metrics.values}
+    saved.write_text(json.dumps(report))
+    return report
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="runs/smim-ptb-cpu")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--samples", type=int, default=20, help="K of the IWAE bound")
+    parser.add_argument("--sentences", type=int, default=1000, help="first N test sentences")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    root = Path(args.runs)
+    rows = []
+    for name, label in [*LATENT.items(), ("sentence-lstm", "sentence LSTM LM")]:
+        runs = [root / f"{name}-s{seed}" for seed in seeds if (root / f"{name}-s{seed}" / "config.yaml").exists()]
+        if not runs:
+            continue
+        cols: dict[str, list[float]] = {k: [] for k in ("nll", "ppl", "kl", "mi", "au", "bleu", "ent", "melbo")}
+        for run in runs:
+            if name == "sentence-lstm":
+                values = lm_run_report(run, args.sentences)["values"]
+                cols["nll"].append(values["sentence_nll"])
+                cols["ppl"].append(values["ppl"])
+                continue
+            report = latent_run_report(run, args.samples, args.sentences)
+            bounds = report["bounds"]
+            cols["nll"].append(bounds["nll"])
+            cols["ppl"].append(bounds["ppl"])
+            cols["kl"].append(bounds["rate"])
+            cols["mi"].append(bounds["mutual_information"])
+            cols["au"].append(bounds["active_units"])
+            cols["bleu"].append(report["reconstruction"]["bleu1"])
+            if report["latent_entropy"]["entropy"] is not None:
+                cols["ent"].append(report["latent_entropy"]["entropy"])
+            cols["melbo"].append(report["melbo"]["nll"])
+        paper = PAPER[name]
+        rows.append(
+            f"| {label} | {len(runs)} | {mean_std(cols['nll'])} | {mean_std(cols['ppl'])} | {mean_std(cols['kl'])} "
+            f"| {mean_std(cols['mi'])} | {mean_std(cols['au'])} | {mean_std(cols['bleu'])} | {mean_std(cols['ent'])} "
+            f"| {mean_std(cols['melbo'])} | {paper['nll']} | {paper['kl']} | {paper['bleu']} | {paper['entropy']} |"
+        )
+    print(
+        f"| model | seeds | NLL (IWAE-{args.samples}, nats/sentence) | PPL (per token, <eos> counted) | KL | MI "
+        "| active units | BLEU-1 | latent entropy (N(16) = 22.70) | MELBO NLL (not a bound for new data) "
+        "| paper NLL | paper KL | paper BLEU-1 | paper entropy |"
+    )
+    print("| --- " * 15 + "|")
+    for row in rows:
+        print(row)
+
+
+if __name__ == "__main__":
+    main()
