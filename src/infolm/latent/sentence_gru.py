@@ -104,12 +104,13 @@ class SentenceGRU(LatentVariableModel):
     def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:
         """q(z|x) = N(mu(x), diag sigma^2(x)) (Eq. 3), batch shape (B,), event shape (D,)."""
         mean, log_var = self.encode(tokens, lengths)
-        return Independent(Normal(mean, torch.exp(0.5 * log_var)), 1)
+        # parameters valid by construction (exp > 0): no per-call argument checks on the hot path
+        return Independent(Normal(mean, torch.exp(0.5 * log_var), validate_args=False), 1, validate_args=False)
 
     def prior(self) -> Distribution:
         """p(z) = N(0, I): the A-MIM anchor P(z) and the sVAE prior; event shape (D,)."""
         zeros = self.to_mean.bias.new_zeros(self.latent_dim)
-        return Independent(Normal(zeros, torch.ones_like(zeros)), 1)
+        return Independent(Normal(zeros, torch.ones_like(zeros), validate_args=False), 1, validate_args=False)
 
     # -- decoder -------------------------------------------------------------------------------
     def decoder_inputs(self, tokens: Tensor) -> Tensor:
