@@ -28,11 +28,15 @@ class LSTMConfig:
     weight_drop: float = 0.0  # DropConnect on hidden-to-hidden weights (AWD wdrop: 0.5)
     locked_dropout: bool = True  # one dropout mask per sequence (AWD); False: a new mask per time step (Xie et al.)
     init_range: float = 0.1  # uniform init range of all weights (Zaremba et al.: 0.1); 0 keeps PyTorch's
+    initial_state: str = "zero"  # zero | learned: (h, c) of every layer before the first token, learned from
+    # zeros (a sentence LM's decoder starts every sentence there; a stream LM only at each epoch start)
 
     def __post_init__(self) -> None:
         for key in ("emb", "hidden", "layers"):
             if getattr(self, key) < 1:
                 raise InfolmError(f"model.{key} must be positive, got {getattr(self, key)}")
+        if self.initial_state not in ("zero", "learned"):
+            raise InfolmError(f"model.initial_state must be zero or learned, got {self.initial_state!r}")
         for key in ("dropout", "dropout_input", "dropout_hidden", "dropout_embedding", "weight_drop"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise InfolmError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
@@ -56,8 +60,16 @@ class LSTMLM(LanguageModel):
             uniform_init_(self, config.init_range)
         if config.tie_weights:
             self.decoder.weight = self.embedding.weight
+        self.initial_states = nn.ParameterList()  # per layer (2, H): learned h_0 and c_0
+        if config.initial_state == "learned":
+            self.initial_states.extend(nn.Parameter(torch.zeros(2, o)) for o in outs)
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> State:
+        if len(self.initial_states):
+            return [
+                (p[0].expand(1, batch_size, -1).contiguous(), p[1].expand(1, batch_size, -1).contiguous())
+                for p in self.initial_states
+            ]
         sizes = [cast(nn.LSTM, rnn).hidden_size for rnn in self.rnns]
         return [
             (torch.zeros(1, batch_size, h, device=device), torch.zeros(1, batch_size, h, device=device)) for h in sizes
