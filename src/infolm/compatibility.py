@@ -3,8 +3,9 @@
 Each plug-in declares its side: a task what its batches provide (``Task.provides``), which model
 protocols it serves (``Task.serves``) and how long its rows can be (``Task.input_length``); a model
 its protocol and longest input (``LanguageModel.protocol``, ``max_input_length``); an objective
-what it needs from a batch (``Objective.needs``) and which model protocols it trains
-(``Objective.protocols``). A mismatch is refused with one line naming both
+what it needs from a batch (``Objective.needs``), which model protocols it trains
+(``Objective.protocols``) and how long the rows it feeds the model itself are
+(``Objective.extra_input_length``). A mismatch is refused with one line naming both
 sides and what would fit.
 """
 
@@ -29,10 +30,11 @@ def incompatibility(
     task_config: Any,
     model_name: str,
     model_config: Any,
-    objective_names: list[str],
+    objective_configs: dict[str, Any],
     data: DataConfig,
 ) -> str | None:
-    """Why ``task_name`` cannot train ``model_name`` with ``objective_names`` (None: it can)."""
+    """Why ``task_name`` cannot train ``model_name`` with the objective terms ``objective_configs``
+    (name -> settings dataclass) (None: it can)."""
     tasks, models, objectives = _plugins()
     task = tasks.get(task_name).factory
     model = models.get(model_name).factory
@@ -44,7 +46,7 @@ def incompatibility(
             f"{model.protocol} model; models that fit: {', '.join(fitting) or 'none'}; tasks for {model_name}: "
             f"{', '.join(other) or 'none'}"
         )
-    for name in objective_names:
+    for name in objective_configs:
         protocols = objectives.get(name).factory.protocols
         if model.protocol not in protocols:
             fitting = [n for n in models.names() if models.get(n).factory.protocol in protocols]
@@ -71,16 +73,25 @@ def incompatibility(
                 f"task {task_name} feeds {rows}, but model {model_name} reads at most {limit} tokens "
                 f"(model.max_len); set {task.length_setting()} <= {limit} or raise model.max_len"
             )
+        for name, settings in objective_configs.items():
+            extra = objectives.get(name).factory.extra_input_length(settings)
+            if extra is None or extra > limit:
+                rows = "whole sentences of any length" if extra is None else f"rows of up to {extra} tokens"
+                return (
+                    f"objective {name} feeds model {model_name} {rows} of its own, but the model reads at most "
+                    f"{limit} tokens (model.max_len); raise model.max_len or use a model without a length limit"
+                )
     return None
 
 
 def check_compatibility(config: Config) -> None:
     """Refuse a config whose task cannot serve its model or objectives (one line, no torch work)."""
-    tasks, models, _ = _plugins()
+    tasks, models, objectives = _plugins()
     task_name, model_name = config.task["name"], config.model["name"]
     task_config = tasks.make_config(task_name, _settings(config.task), "task")
     model_config = models.make_config(model_name, _settings(config.model), "model")
-    reason = incompatibility(task_name, task_config, model_name, model_config, list(config.objective), config.data)
+    terms = {n: objectives.make_config(n, s or {}, f"objective.{n}") for n, s in config.objective.items()}
+    reason = incompatibility(task_name, task_config, model_name, model_config, terms, config.data)
     if reason is not None:
         raise InfolmError(reason)
 

@@ -2,6 +2,7 @@
 
 AR penalizes large outputs of the last layer (after dropout); TAR penalizes fast changes of the
 last layer's raw outputs between consecutive time steps. The Composite weight is alpha / beta.
+On padded batches (sentences) both are means over real positions only (ours: AWD-LSTM has no padding).
 """
 
 from __future__ import annotations
@@ -14,14 +15,25 @@ from torch import Tensor, nn
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 
 
-def activation_regularization(hidden: Tensor) -> Tensor:
-    """AR: mean of squared activations. hidden (B, T, H)."""
-    return hidden.pow(2).mean()
+def activation_regularization(hidden: Tensor, mask: Tensor | None = None) -> Tensor:
+    """AR: mean of squared activations. hidden (B, T, H); mask (B, T), True at real positions."""
+    if mask is None:
+        return hidden.pow(2).mean()
+    return _masked_mean(hidden.pow(2), mask)
 
 
-def temporal_activation_regularization(hidden: Tensor) -> Tensor:
-    """TAR: mean squared difference of consecutive time steps. hidden (B, T, H)."""
-    return (hidden[:, 1:] - hidden[:, :-1]).pow(2).mean()
+def temporal_activation_regularization(hidden: Tensor, mask: Tensor | None = None) -> Tensor:
+    """TAR: mean squared difference of consecutive time steps. hidden (B, T, H); mask (B, T)."""
+    change = (hidden[:, 1:] - hidden[:, :-1]).pow(2)  # (B, T-1, H)
+    if mask is None:
+        return change.mean()
+    return _masked_mean(change, mask[:, 1:] & mask[:, :-1])
+
+
+def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``values`` (B, T, H) over the positions where ``mask`` (B, T) is True."""
+    weights = mask.to(values.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (values * weights).sum() / (weights.sum() * values.size(-1)).clamp(min=1.0)
 
 
 @dataclasses.dataclass
@@ -43,7 +55,7 @@ class ActivationRegularization(Objective):
         self.config = config
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
-        return Terms(losses={"ar": activation_regularization(output.hiddens[-1])})
+        return Terms(losses={"ar": activation_regularization(output.hiddens[-1], batch.padding_mask)})
 
 
 @register_objective("tar", config=TARConfig)
@@ -56,4 +68,4 @@ class TemporalActivationRegularization(Objective):
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         raw = output.raw_hiddens if output.raw_hiddens is not None else output.hiddens
-        return Terms(losses={"tar": temporal_activation_regularization(raw[-1])})
+        return Terms(losses={"tar": temporal_activation_regularization(raw[-1], batch.padding_mask)})

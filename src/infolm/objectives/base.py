@@ -57,6 +57,11 @@ class Objective(nn.Module):
     # The model protocols (``infolm.tasks.PROTOCOLS``) the term can train.
     protocols: frozenset[str] = frozenset({"causal-lm"})
 
+    @classmethod
+    def extra_input_length(cls, config: Any) -> int | None:
+        """The longest row the term feeds the model beyond the batch (0: none; None: unbounded)."""
+        return 0
+
     def setup(self, corpus: Any, model: nn.Module) -> None:
         """Build indexes once, before training (default: nothing)."""
 

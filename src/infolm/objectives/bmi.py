@@ -109,6 +109,10 @@ class BMI(Objective):
     # consecutive sentences is what it bootstraps.
     needs = frozenset({"next-token", "stream"})
 
+    @classmethod
+    def extra_input_length(cls, config: Any) -> int | None:
+        return None  # whole sentences of the corpus, of any length
+
     def __init__(self, config: BMIConfig) -> None:
         super().__init__()
         self.config = config

@@ -336,6 +336,10 @@ def _last_log_probs(model: nn.Module, windows: Tensor, lengths: Tensor) -> Tenso
 class IMM(Objective):
     """Induced model matching against a restricted n-gram (Eqs. 12-15, Alg. 1)."""
 
+    @classmethod
+    def extra_input_length(cls, config: IMMConfig) -> int | None:
+        return config.context_window if config.realization == "replay" else 1  # replayed histories; a bank token
+
     started: Tensor  # bool buffer: the term is active (start_step / start_below_ppl reached)
 
     def __init__(self, config: IMMConfig, restricted: Any = None) -> None:

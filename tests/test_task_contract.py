@@ -1,0 +1,182 @@
+"""The task contract, checked for every registered task: resumable batches, disjoint rows per rank,
+deterministic evaluation, the selection metric deciding best/ and early stopping, and a run killed
+mid-epoch that resumes bit for bit."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from infolm.build import build_model, build_objective, build_task
+from infolm.config import load_config
+from infolm.tasks import TASKS, Metrics, Task
+from infolm.training import Trainer
+from infolm.training.metrics import read_metrics
+from tests.conftest import ROOT, run_cli
+
+TASK_NAMES = TASKS.names()
+
+
+def task_config(name, tmp_path=None, *extra):
+    overrides = [f"task.name={name}", "data.batch_size=8", "data.eval_batch_size=4", "data.bptt=12", *extra]
+    if tmp_path is not None:
+        overrides.append(f"run.dir={tmp_path}")
+    return load_config(None, [*overrides, "run.device=cpu", "train.progress=false"])
+
+
+def rows_of(batch):
+    """The real tokens of every row (padding dropped), as tuples."""
+    rows = []
+    for r in range(batch.inputs.size(0)):
+        n = int(batch.lengths[r]) if batch.lengths is not None else batch.inputs.size(1)
+        rows.append((tuple(batch.inputs[r, :n].tolist()), tuple(batch.targets[r, :n].tolist())))
+    return rows
+
+
+def walk(batches, count):
+    """The next ``count`` results of ``next_batch`` (None marks an epoch end) as row tuples."""
+    out = []
+    for _ in range(count):
+        batch = batches.next_batch()
+        out.append(None if batch is None else (rows_of(batch), batch.lr_scale))
+    return out
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_batches_resume_where_they_were_saved(name, small_corpus):
+    """state_dict/load_state_dict: a fresh iterator loaded mid-epoch (and right after an epoch end)
+    yields exactly the batches the saved one goes on to yield, across later epoch ends."""
+    task = build_task(task_config(name, None, "data.variable_bptt=true"), small_corpus)
+    batches = task.train_batches()
+    per_epoch = len(batches)
+    walk(batches, per_epoch // 2)
+    for _ in range(2):
+        state = json.loads(json.dumps(batches.state_dict()))  # plain containers, as in a checkpoint
+        expected = walk(batches, 2 * per_epoch + 3)
+        assert None in expected
+        resumed = task.train_batches()
+        resumed.load_state_dict(state)
+        assert walk(resumed, len(expected)) == expected
+        while batches.next_batch() is not None:  # the second round saves at an epoch boundary
+            pass
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_ranks_see_disjoint_rows_of_the_same_batches(name, small_corpus):
+    task = build_task(task_config(name), small_corpus)
+    whole, halves = task.train_batches(0, 1), [task.train_batches(rank, 2) for rank in (0, 1)]
+    for _ in range(len(whole) + 2):
+        full = whole.next_batch()
+        parts = [h.next_batch() for h in halves]
+        if full is None:
+            assert parts == [None, None]
+            continue
+        rows = [rows_of(p) for p in parts]
+        assert rows[0] and rows[1]
+        assert collections.Counter(rows[0] + rows[1]) == collections.Counter(rows_of(full))
+        assert len(rows[0]) + len(rows[1]) == full.inputs.size(0)
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_evaluation_is_deterministic_and_restores_the_mode(name, small_corpus):
+    from tests.conftest import tiny_model
+
+    task = build_task(task_config(name), small_corpus)
+    model = tiny_model("lstm", len(small_corpus.vocab))
+    model.train()
+    first, second = task.evaluate(model, "valid"), task.evaluate(model, "valid")
+    assert model.training
+    assert first.values == second.values
+    assert first.selection in first.values and first.loss == first.values[first.selection]
+    assert set(first.logged()) >= {"loss", "ppl"}
+
+
+class SelectHighest(Task):
+    """A task's batches with its selection metric read as higher-is-better (picks the worst weights)."""
+
+    def __init__(self, inner):
+        self.inner, self.carries_state, self.provides = inner, inner.carries_state, inner.provides
+
+    def train_batches(self, rank=0, world=1):
+        return self.inner.train_batches(rank, world)
+
+    def evaluate(self, model, split, device="cpu"):
+        m = self.inner.evaluate(model, split, device)
+        return Metrics(m.values, m.selection, higher_is_better=True, log_names=m.log_names)
+
+
+@pytest.mark.parametrize("flip", [False, True], ids=["lower-is-better", "higher-is-better"])
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_the_selection_metric_decides_best_and_early_stopping(name, flip, small_corpus, tmp_path):
+    config = task_config(name, tmp_path, "train.max_steps=12", "train.eval_every=3", "train.early_stopping=2")
+    task = build_task(config, small_corpus)
+    if flip:
+        task = SelectHighest(task)
+    torch.manual_seed(0)
+    model = build_model(config, len(small_corpus.vocab))
+    objective = build_objective(config)
+    objective.setup(small_corpus, model)
+    Trainer(config, model, objective, task).fit()
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("split") == "valid"]
+    pick = max if flip else min
+    chosen = pick(evals, key=lambda r: r["loss"])
+    best_meta = json.loads((tmp_path / "checkpoints/best/meta.json").read_text())
+    assert best_meta["step"] == chosen["step"]
+    assert evals[-1]["best_loss"] == chosen["loss"]
+    improving = [e for i, e in enumerate(evals) if e["loss"] == pick(x["loss"] for x in evals[: i + 1])]
+    bad_run = len(evals) - 1 - evals.index(improving[-1])
+    if evals[-1]["step"] < 12:  # stopped early: after exactly two evaluations without improvement
+        assert bad_run == 2
+    else:
+        assert bad_run < 2
+
+
+def final_weights(run_dir):
+    ckpts = sorted((run_dir / "checkpoints").glob("step-*"))
+    return load_file(str(ckpts[-1] / "model.safetensors"))
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_run_killed_mid_epoch_resumes_bit_for_bit(name, tmp_path):
+    common = [
+        "configs/tiny.yaml",
+        f"task.name={name}",
+        "data.max_train_tokens=2000",  # epochs of about 10 batches: the run crosses epoch ends
+        "train.epochs=10",
+        "train.max_steps=24",
+        "train.eval_every=8",
+        "train.checkpoint_every=3",
+        "train.log_every=1",
+        "model.dropout=0.3",
+    ]
+    straight = tmp_path / "straight"
+    result = run_cli("train", *common, f"run.dir={straight}")
+    assert result.returncode == 0, result.stderr
+
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "infolm", "train", *common, f"run.dir={killed}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (killed / "checkpoints" / "step-00000012").exists():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert max(r["step"] for r in read_metrics(killed / "metrics.jsonl")) < 24, "finished before the kill"
+    result = run_cli("train", *common, f"run.dir={killed}")
+    assert result.returncode == 0, result.stderr
+
+    a, b = final_weights(straight), final_weights(killed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    timeless = lambda rows: [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed")} for r in rows]  # noqa: E731
+    assert timeless(read_metrics(straight / "metrics.jsonl")) == timeless(read_metrics(killed / "metrics.jsonl"))
+    assert [r for r in read_metrics(straight / "metrics.jsonl") if r.get("epoch", 0) >= 1], "no epoch end crossed"
