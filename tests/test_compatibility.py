@@ -25,11 +25,15 @@ MODEL_SETTINGS = {
     "transformer": {"dim": 16, "layers": 1, "heads": 2, "max_len": 32},
     "melis": {"hidden": 16, "layers": 1, "rounds": 2, "rank": 4, "dropout_input": 0.1},
     "awd-lstm-mos": {"emb": 16, "hidden": 16, "last_hidden": 16, "layers": 2, "n_experts": 2},
+    "sentence-gru": {"emb": 8, "hidden": 12, "latent": 3},
+    "latent-sentence-lstm": {"embedding": 8, "hidden": 8, "latent_size": 4, "latent_embedding": 8},
+    "latent-synthetic": {"embedding": 8, "hidden": 8, "latent_size": 4},
 }
 OBJECTIVE_SETTINGS = {
     "imm": {"k": 2, "j": 1, "sample_chunk": 2, "context_window": 8, "positions_per_batch": 4},
     "multisample": {"samples": 2},
     "bmi": {"batch_size": 4, "hidden": 8},
+    **{name: {"samples": 2} for name in ("mi-kl", "mi-renyi", "mi-power")},
 }
 
 
@@ -51,7 +55,7 @@ def overrides(section, name, settings):
 @pytest.mark.parametrize(("task_name", "model_name", "objective_name"), declared_compatible())
 def test_declared_compatible_combination_trains(task_name, model_name, objective_name, small_corpus, tmp_path):
     assert model_name in MODEL_SETTINGS, f"add small settings for model {model_name}"
-    terms = {"mle": {}, objective_name: OBJECTIVE_SETTINGS.get(objective_name, {})}
+    terms = {objective_name: OBJECTIVE_SETTINGS.get(objective_name, {})}
     config = load_config(
         None,
         [

@@ -54,8 +54,16 @@ class SentenceLatent(SentenceLM):
     serves = frozenset({"latent-variable"})
     config: SentenceLatentConfig
 
-    @torch.no_grad()
     def evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:
+        # The task contract: evaluation is deterministic. The draws come from the run's seed on a
+        # forked generator, so evaluating also leaves the training random stream where it was.
+        cuda = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(self.seed)
+            return self._evaluate(model, split, device)
+
+    @torch.no_grad()
+    def _evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:
         from infolm.latent.evaluation import LatentAccumulator, latent_bounds
 
         assert self.corpus is not None
