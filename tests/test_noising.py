@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from infolm.data.corpus import Corpus
+from infolm.data.vocab import Vocab
 from infolm.errors import InfolmError
 from infolm.models.base import LanguageModel, LMOutput
 from infolm.objectives.base import Batch, build_objective
@@ -33,6 +34,8 @@ class TinyLM(LanguageModel):
 
 def setup(**settings: object) -> tuple[Corpus, TinyLM, Noising]:
     corpus = Corpus.from_texts("toy", "word", {"train": TEXT})
+    if settings.get("mode") == "blank":
+        corpus.vocab = Vocab(corpus.vocab.itos + ["<_>"])  # data.extra_tokens: ["<_>"]
     model = TinyLM(len(corpus.vocab))
     composite = build_objective({"noising": dict(settings)})
     objective = composite.terms["noising"]
@@ -49,7 +52,8 @@ def test_gamma_zero_is_plain_cross_entropy() -> None:
     targets[0, -2] = -100  # padding is ignored alike
     batch = Batch(inputs=inputs, targets=targets)
     rng = torch.get_rng_state()
-    loss = objective(model, batch, None).losses["noising"]
+    assert objective.transform_batch(batch) is batch
+    loss = objective(model, batch, model(inputs)).losses["noising"]
     assert torch.equal(torch.get_rng_state(), rng)  # no noise drawn
     expected = F.cross_entropy(model(inputs).logits.view(-1, model.vocab_size), targets.view(-1), ignore_index=-100)
     assert loss.item() == expected.item()
@@ -85,7 +89,7 @@ def test_empirical_noise_rate_matches_gamma(mode: str) -> None:
     assert torch.equal(noised_inputs[~drawn], inputs[~drawn]) and torch.equal(noised_targets[~drawn], targets[~drawn])
     replaced = noised_inputs[drawn]
     if mode == "blank":
-        assert (replaced == corpus.vocab.stoi["<unk>"]).all()  # no <_> in the vocabulary: <unk>
+        assert (replaced == corpus.vocab.stoi["<_>"]).all() and "<_>" not in TEXT  # a token of its own
         assert torch.equal(noised_targets, targets)
     else:
         frequency = torch.bincount(replaced, minlength=vocab_size).float() / len(replaced)
@@ -96,13 +100,15 @@ def test_empirical_noise_rate_matches_gamma(mode: str) -> None:
 
 def test_noising_trains_through_the_model_and_keeps_padding() -> None:
     torch.manual_seed(2)
-    corpus, model, objective = setup(gamma0=1.0, mode="unigram", noise_targets=True, discount=False)
+    corpus, model, objective = setup(gamma0=1.0, mode="unigram", noise_targets=True, schedule="constant")
     inputs = torch.randint(0, len(corpus.vocab), (4, 6))
     targets = torch.randint(0, len(corpus.vocab), (4, 6))
     targets[:, -1] = -100
     _, noised_targets, drawn = objective.noise(inputs, targets)
     assert drawn[:, :-1].all() and not drawn[:, -1].any() and (noised_targets[:, -1] == -100).all()
-    terms = objective(model, Batch(inputs=inputs, targets=targets), None)
+    batch = objective.transform_batch(Batch(inputs=inputs, targets=targets))
+    assert not torch.equal(batch.inputs, inputs) and (batch.targets[:, -1] == -100).all()
+    terms = objective(model, batch, model(batch.inputs))
     assert terms.tokens == 20 and terms.metrics["noised_fraction"] == 1.0
     terms.losses["noising"].backward()
     assert model.embedding.weight.grad is not None
@@ -115,7 +121,51 @@ def test_bad_settings_are_user_errors() -> None:
         NoisingConfig(gamma0=1.5)
     with pytest.raises(InfolmError, match="blank"):
         NoisingConfig(mode="blank", noise_targets=True)
-    with pytest.raises(InfolmError, match="blank"):
-        corpus = Corpus.from_texts("toy", "word", {"train": "a b\n"})
+    with pytest.raises(InfolmError, match="extra_tokens"):
+        corpus = Corpus.from_texts("toy", "word", {"train": "a b\n<unk> b\n"})  # <unk> is a word, not a blank
         objective = Noising(NoisingConfig(mode="blank"))
         objective.setup(corpus, TinyLM(len(corpus.vocab)))
+
+
+def test_kneser_ney_missing_mass_and_schedule() -> None:
+    """nu(x) = (D1 N1(x, .) + D2 N2(x, .) + D3+ N3+(x, .)) / c(x) (IMM App. B: gamma = gamma0 nu)."""
+    from infolm.ngram import count_ngrams
+    from infolm.ngram.smoothing import estimate_discounts
+    from infolm.objectives.noising import kneser_ney_missing_mass
+
+    nu = kneser_ney_missing_mass(torch.tensor([0, 0, 0, 1]), torch.tensor([1, 3, 5, 2]), (0.5, 1.0, 1.5), 3)
+    assert torch.allclose(nu, torch.tensor([(0.5 + 1.5 + 1.5) / 9, 1.0 / 2, 0.0]))
+    corpus, _, objective = setup(gamma0=0.6, schedule="kneser-ney")
+    counts = count_ngrams(corpus.stream("train"), len(corpus.vocab), 2)
+    discounts, _ = estimate_discounts(counts.raw(2), "modified-kn")
+    ids = corpus.vocab.stoi
+    # following a: b twice, c once, E once (c(a) = 4): nu(a) = (D2 + 2 D1) / 4
+    assert objective.gamma[ids["a"]].item() == pytest.approx(0.6 * (discounts[1] + 2 * discounts[0]) / 4)
+
+
+def test_the_trainer_runs_the_model_once_per_step_on_the_noised_batch(tmp_path, monkeypatch) -> None:
+    """No wasted clean pass: one training forward per step, and its (noised) state is the one carried."""
+    from infolm.build import train
+    from infolm.config import load_config
+    from infolm.models.lstm import LSTMLM
+    from infolm.training.trainer import Trainer
+    from tests.conftest import ROOT
+
+    calls = {"train": 0, "steps": 0}
+    forward, step = LSTMLM.forward, Trainer.train_step
+
+    def counted_forward(self: LSTMLM, tokens: Tensor, state: object = None) -> LMOutput:
+        calls["train"] += int(self.training)
+        return forward(self, tokens, state)
+
+    def counted_step(self: Trainer, batch: Batch) -> dict[str, float]:
+        calls["steps"] += 1
+        values = step(self, batch)
+        assert self.objective.term("noising")._noised_fraction > 0
+        return values
+
+    monkeypatch.setattr(LSTMLM, "forward", counted_forward)
+    monkeypatch.setattr(Trainer, "train_step", counted_step)
+    overrides = [f"run.dir={tmp_path}", "train.max_steps=4", "objective={noising: {gamma0: 0.5}}"]
+    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+    assert calls == {"train": 4, "steps": 4}

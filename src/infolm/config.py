@@ -43,6 +43,9 @@ class DataConfig:
     variable_bptt: bool = False  # AWD-LSTM: bptt/2 with p=0.05, then N(len, 5); lr scaled by len/bptt
     max_train_tokens: int | None = None  # use only the first N training tokens (quick runs)
     max_eval_tokens: int | None = None  # use only the first N tokens of valid/test (quick runs)
+    extra_tokens: list[str] = dataclasses.field(
+        default_factory=list
+    )  # appended to the vocabulary, never in the text (blank noising's <_>)
 
     def __post_init__(self) -> None:
         _check_choice("data.level", self.level, ("word", "char"))

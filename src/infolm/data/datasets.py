@@ -22,6 +22,7 @@ from pathlib import Path
 from infolm.config import DataConfig
 from infolm.data.corpus import SPLITS, Corpus, read_text
 from infolm.data.uniform_symbols import uniform_symbol_texts
+from infolm.data.vocab import Vocab
 from infolm.errors import InfolmError
 
 PACKAGE_DATA = Path(__file__).parent
@@ -275,4 +276,7 @@ def load_corpus(config: DataConfig) -> Corpus:
     corpus = corpus.truncated("train", config.max_train_tokens)
     for split in ("valid", "test"):
         corpus = corpus.truncated(split, config.max_eval_tokens)
+    extra = [token for token in dict.fromkeys(config.extra_tokens) if token not in corpus.vocab]
+    if extra:  # new ids after the text's: the streams are unchanged
+        corpus.vocab = Vocab(corpus.vocab.itos + extra)
     return corpus

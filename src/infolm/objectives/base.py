@@ -65,6 +65,13 @@ class Objective(nn.Module):
     def setup(self, corpus: Any, model: nn.Module) -> None:
         """Build indexes once, before training (default: nothing)."""
 
+    def transform_batch(self, batch: Batch) -> Batch:
+        """The batch that the shared forward pass and every term see (default: unchanged).
+
+        Called by the trainer before its one forward pass; data noising replaces tokens here.
+        """
+        return batch
+
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -103,6 +110,12 @@ class Composite(Objective):
     def setup(self, corpus: Any, model: nn.Module) -> None:
         for _, term in self.named_terms():
             term.setup(corpus, model)
+
+    def transform_batch(self, batch: Batch) -> Batch:
+        for name, term in self.named_terms():
+            if self.weight(name) != 0.0:
+                batch = term.transform_batch(batch)
+        return batch
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         out = Terms()

@@ -331,6 +331,7 @@ class Trainer:
                 self.state = self.model.init_state(batch.inputs.size(0), self.device)
             state = detach_state(self.state)
         batch = dataclasses.replace(batch, state=state, epoch=self.epoch, step=self.step)
+        batch = self.objective.transform_batch(batch)  # e.g. data noising, before the one forward pass
         with self.autocast():
             output = self.model(batch.inputs, batch.state)
             terms = self.objective(self.model, batch, output)
