@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributions import Distribution, Independent, Normal
 
-from infolm.data.batching import IGNORE_INDEX
 from infolm.errors import InfolmError
 from infolm.latent.base import LatentVariableModel
+from infolm.latent.softmax import token_log_likelihood
 from infolm.models.base import register_model
 
 
@@ -119,33 +119,45 @@ class SentenceGRU(LatentVariableModel):
         sos = self.sos.view(1, 1, -1).expand(tokens.size(0), 1, -1)
         return self.dropout(torch.cat([sos, emb], dim=1))
 
-    def decode_logits(self, inputs: Tensor, z: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Logits (N, T, V) and the last state (1, N, H) of the decoder on input embeddings (N, T, E)
-        conditioned on z (N, D); the initial state is a linear map of z unless ``state`` is given."""
+    def decode_hidden(self, inputs: Tensor, z: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Decoder outputs (N, T, H) and last state (1, N, H) on input embeddings (N, T, E) conditioned
+        on z (N, D): every input is concatenated with z; the initial state is a linear map of z
+        unless ``state`` is given."""
         if state is None:
             state = self.latent_to_hidden(z).unsqueeze(0)  # (1, N, H)
         x = torch.cat([inputs, z.unsqueeze(1).expand(-1, inputs.size(1), -1)], dim=2)  # (N, T, E + D)
-        out, state = self.decoder(x, state)  # (N, T, H)
-        logits = self.output(out)  # (N, T, V)
+        return self.decoder(x, state)
+
+    def _logits(self, hidden: Tensor) -> Tensor:
+        """Softmax scores over the vocabulary; ``<eos>`` excluded under the length prior (Eq. 2)."""
+        logits = self.output(hidden)
         if self.config.length_prior:
-            logits = logits.index_fill(2, torch.tensor([self.eos_id], device=logits.device), -float("inf"))
-        return logits, state
+            logits = logits.index_fill(-1, torch.tensor([self.eos_id], device=logits.device), -float("inf"))
+        return logits
+
+    def decode_logits(self, inputs: Tensor, z: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Logits (N, T, V) and the last state (1, N, H) of the decoder (see ``decode_hidden``)."""
+        out, state = self.decode_hidden(inputs, z, state)
+        return self._logits(out), state
 
     def log_likelihood(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> Tensor:
         """ln p(x|z) for z (K, B, D) -> (K, B): Eq. 1 (with ``<eos>``), or Eq. 2 with ``length_prior``.
 
-        The K samples are folded into the batch: one decoder pass over K * B rows."""
+        The K samples are folded into the batch: one decoder pass over K * B rows; the softmax
+        scores the real positions only, in blocks (``latent/softmax.py``)."""
         k, b, d = z.shape
         inputs = self.decoder_inputs(tokens)  # (B, T, E), computed once for the K samples
         inputs = inputs.unsqueeze(0).expand(k, -1, -1, -1).reshape(k * b, inputs.size(1), inputs.size(2))
-        logits, _ = self.decode_logits(inputs, z.reshape(k * b, d))  # (K*B, T, V)
-        scored = lengths - 1 if self.config.length_prior else lengths  # Eq. 2 scores the words only
-        mask = torch.arange(tokens.size(1), device=tokens.device) < scored.unsqueeze(1)  # (B, T)
-        targets = torch.where(mask, tokens, torch.full_like(tokens, IGNORE_INDEX))  # padding is not scored
-        targets = targets.unsqueeze(0).expand(k, -1, -1).reshape(-1)  # (K*B*T,)
-        token_lp = -F.cross_entropy(logits.reshape(-1, logits.size(2)).float(), targets, reduction="none")
-        token_lp = token_lp.view(k * b, -1)  # (K*B, T), 0 where ignored
-        lp = token_lp.sum(1).view(k, b)
+        hidden, _ = self.decode_hidden(inputs, z.reshape(k * b, d))  # (K*B, T, H)
+        scored = self.scored_tokens(lengths)  # Eq. 2 scores the words only
+        where = (torch.arange(tokens.size(1), device=tokens.device) < scored.unsqueeze(1)).repeat(k, 1)  # (K*B, T)
+        targets = tokens.repeat(k, 1)[where]  # (N,)
+        if self.config.length_prior:
+            scores = F.log_softmax(self._logits(hidden[where]).float(), dim=-1).gather(1, targets.unsqueeze(1))[:, 0]
+        else:
+            scores = token_log_likelihood(hidden[where], self.output, targets)
+        per_token = hidden.new_zeros(k * b, tokens.size(1)).masked_scatter(where, scores.to(hidden.dtype))
+        lp = per_token.sum(1).view(k, b)
         if self.config.length_prior:
             lp = lp + self.log_length_prior[scored.clamp(max=self.config.max_length)]  # + ln p(T), Eq. 2
         return lp
