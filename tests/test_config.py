@@ -33,3 +33,17 @@ def test_bad_values_fail_with_one_clear_message(override, message):
 def test_missing_file():
     with pytest.raises(InfolmError, match="config file not found"):
         load_config("does/not/exist.yaml")
+
+
+def test_tilde_removes_a_key_of_the_file(tmp_path):
+    """Hydra's ``~key``: the term disappears from the objective; settings of the others are kept."""
+    path = tmp_path / "two.yaml"
+    path.write_text("objective:\n  mle: {weight: 1.0}\n  ar: {weight: 2.0}\noptim:\n  lr: 3.0\n")
+    config = load_config(path, ["~objective.mle"])
+    assert config.objective == {"ar": {"weight": 2.0}}
+    assert load_config(path, ["~optim.lr"]).optim.lr == 20.0  # back to the dataclass default
+    assert load_config(path, ["~objective.mle", "objective.mle.weight=0.5"]).objective["mle"] == {"weight": 0.5}
+    assert load_config(path).objective.keys() == {"mle", "ar"}  # the file itself is untouched
+    for bad, message in (("~objective.nope", "has no key objective.nope"), ("~optim.lr=3", "dotted name alone")):
+        with pytest.raises(InfolmError, match=message):
+            load_config(path, [bad])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli
 from tests.test_cli import assert_one_line_error
 
@@ -32,3 +34,20 @@ def test_exploding_loss_stops_with_a_clear_error_and_keeps_the_checkpoints(tmp_p
     assert [r["step"] for r in steps] == [1, 2, 3] and steps[0]["loss"] < 18.42 < 1e28 < steps[1]["loss"]
     evaluated = run_cli("evaluate", str(run), "--json")
     assert evaluated.returncode == 0, evaluated.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("run:\n  dir: x\ndata:\n  name: [ptb\n", "line 5, column 1"),
+        ("run:\n  dir: x\n  seed: 0\n bad: 1\n", "line 4, column 2"),
+        ("optim: lr: 3\n", "line 1, column 10"),
+    ],
+)
+def test_malformed_yaml_names_file_line_and_column(tmp_path, text, where):
+    config = tmp_path / "broken.yaml"
+    config.write_text(text)
+    run = tmp_path / "run"
+    result = run_cli("train", str(config), f"run.dir={run}")
+    assert_one_line_error(result, f"cannot parse config {config}: {where}: ")
+    assert not run.exists() and config.read_text() == text

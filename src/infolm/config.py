@@ -231,6 +231,26 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def _remove_key(config: dict[str, Any], item: str) -> dict[str, Any]:
+    """``~a.b`` (Hydra's convention): a copy of ``config`` without the dotted key ``a.b``."""
+    dotted = item[1:]
+    if not dotted or "=" in dotted:
+        raise InfolmError(f"override {item!r}: removing a key takes its dotted name alone, e.g. ~objective.mle")
+    *parents, last = dotted.split(".")
+    out = dict(config)
+    node = out
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, Mapping):
+            raise InfolmError(f"override {item!r}: the config has no key {dotted}")
+        node[part] = dict(child)
+        node = node[part]
+    if last not in node:
+        raise InfolmError(f"override {item!r}: the config has no key {dotted}")
+    del node[last]
+    return out
+
+
 def _parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -247,7 +267,9 @@ def _parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
 
 
 def load_raw(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """YAML file merged with dotted overrides, as plain containers (overrides win)."""
+    """YAML file merged with dotted overrides, as plain containers (overrides win; ``~key`` removes a
+    key of the file, e.g. a term of the objective)."""
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -258,7 +280,9 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str
             raise InfolmError(f"config file not found: {path}")
         try:
             loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-        except (OmegaConfBaseException, UnicodeDecodeError, ValueError) as error:
+        except yaml.MarkedYAMLError as error:
+            raise InfolmError(f"cannot parse config {path}: {_yaml_problem(error)}") from None
+        except (OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError, ValueError) as error:
             raise InfolmError(f"cannot parse config {path}: {str(error).splitlines()[0]}") from None
         except OSError as error:
             raise InfolmError(f"cannot read config {path}: {error.strerror}") from None
@@ -267,7 +291,17 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str
         if not isinstance(loaded, dict):
             raise InfolmError(f"config {path} must be a mapping at the top level")
         base = {str(k): v for k, v in loaded.items()}
-    return _deep_merge(base, _parse_overrides(overrides))
+    for item in overrides:
+        if item.startswith("~"):
+            base = _remove_key(base, item)
+    return _deep_merge(base, _parse_overrides([item for item in overrides if not item.startswith("~")]))
+
+
+def _yaml_problem(error: Any) -> str:
+    """``line L, column C: problem`` of a YAML syntax error (1-based, as editors count)."""
+    mark = error.problem_mark or error.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{error.problem or error.context or 'invalid YAML'}"
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
