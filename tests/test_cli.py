@@ -105,9 +105,36 @@ def test_data_files_that_are_missing_empty_or_binary(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_prompt_with_unknown_word(run_dir):
-    result = run_cli("generate", str(run_dir), "--prompt", "the zzyzzx", "--max-tokens", "3")
-    assert_one_line_error(result, "'zzyzzx' is not in the vocabulary")
+def test_prompt_with_unknown_word_reads_it_as_unk(run_dir):
+    """PTB's vocabulary has <unk>: an unknown prompt word becomes <unk>, with one warning line."""
+    args = ("generate", str(run_dir), "--max-tokens", "3", "--seed", "1")
+    result = run_cli(*args, "--prompt", "the zzyzzx")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == (
+        f"infolm: warning: prompt words not in the vocabulary of {run_dir}, read as <unk>: 'zzyzzx'"
+    )
+    assert result.stdout == run_cli(*args, "--prompt", "the <unk>").stdout
+    assert result.stdout.startswith("the <unk> ")
+
+
+def test_prompt_with_unknown_char_without_unk_is_an_error(tmp_path):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text("abc abc\ncab\n" * 20)
+    run = tmp_path / "run"
+    data = [f"data.{split}={tmp_path / split}.txt" for split in ("train", "valid", "test")]
+    trained = run_cli(
+        "train",
+        "configs/tiny.yaml",
+        f"run.dir={run}",
+        "data.name=path",
+        "data.level=char",
+        *data,
+        "train.max_steps=2",
+        "train.eval_every=2",
+    )
+    assert trained.returncode == 0, trained.stderr
+    result = run_cli("generate", str(run), "--prompt", "abz", "--max-tokens", "3")
+    assert_one_line_error(result, "'z' is not in the vocabulary")
 
 
 def test_run_dir_from_another_config_is_refused_and_untouched(run_dir):

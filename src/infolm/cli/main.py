@@ -140,7 +140,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from infolm.build import build_task, load_run
-    from infolm.data.vocab import EOS
+    from infolm.data.vocab import EOS, UNK
     from infolm.evaluation.generation import SamplingSettings
 
     if args.max_tokens < 1:
@@ -156,8 +156,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     char = corpus.level == "char"
     words = list(args.prompt) if char else args.prompt.split()
     unknown = [w for w in words if w not in vocab]
-    if unknown:
+    if unknown and UNK not in vocab:
         raise InfolmError(f"prompt word {unknown[0]!r} is not in the vocabulary of {args.run_dir}")
+    if unknown:
+        listed = ", ".join(repr(w) for w in dict.fromkeys(unknown))
+        sys.stderr.write(
+            f"infolm: warning: prompt words not in the vocabulary of {args.run_dir}, read as {UNK}: {listed}\n"
+        )
+        words = [w if w in vocab else UNK for w in words]
     task = build_task(config, corpus)
     settings = SamplingSettings(args.max_tokens, args.temperature, args.top_k, args.top_p, args.samples)
     generator = torch.Generator().manual_seed(args.seed)
