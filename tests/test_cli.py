@@ -179,3 +179,48 @@ def test_evaluate_mc_dropout_tunes_rate_scale_and_temperature(run_dir):
 def test_evaluate_dynamic_bptt_must_be_positive_integers(run_dir):
     result = run_cli("evaluate", str(run_dir), "--dynamic", "--dynamic-bptt", "5,x")
     assert_one_line_error(result, "--dynamic-bptt takes positive integers")
+
+
+def _actions(parser):
+    """Every argparse action of a parser and of its subcommands, with the command's name."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _actions(sub)
+        else:
+            yield parser.prog, action
+
+
+def test_every_cli_option_has_help_text():
+    from infolm.cli.main import make_parser
+
+    actions = list(_actions(make_parser()))
+    assert len(actions) > 40
+    missing = [f"{prog} {action.dest}" for prog, action in actions if not action.help]
+    assert missing == []
+
+
+def test_copy_task_options_have_help_text():
+    from infolm.data import copy_task
+
+    result = run_cli_module("infolm.data.copy_task", "--help")
+    assert result.returncode == 0
+    for field in ("--length", "--vocab-size", "--train", "--valid", "--test", "--seed"):
+        assert f"{field} " in result.stdout
+    assert copy_task.CopyTaskConfig().length == 50 and "(default: 50)" in result.stdout
+
+
+def test_version():
+    import infolm
+
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"infolm {infolm.__version__}"
+
+
+def run_cli_module(module, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)

@@ -244,7 +244,10 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> Parser:
+    from infolm import __version__
+
     parser = Parser(prog="infolm", description="Train, regularize and evaluate language models.")
+    parser.add_argument("--version", action="version", version=f"infolm {__version__}", help="print the version")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("train", help="train a model from a YAML config with key=value overrides")
@@ -254,12 +257,14 @@ def make_parser() -> Parser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="the task's metrics of a trained run (perplexity, bits per character, ...)")
-    p.add_argument("run_dir")
-    p.add_argument("--split", choices=("train", "valid", "test"), default="valid")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("run_dir", help="a run directory written by infolm train")
+    p.add_argument("--split", choices=("train", "valid", "test"), default="valid", help="split to score")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--batch-size", type=int, default=0, help="parallel streams (default: data.eval_batch_size)")
     p.add_argument("--bptt", type=int, default=0, help="window length (default: data.bptt)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument(
+        "--device", default="auto", choices=("auto", "cpu", "cuda"), help="where to run (auto: cuda if available)"
+    )
     p.add_argument(
         "--induced-ngram", type=int, default=0, metavar="N", help="also report the induced N-gram perplexity"
     )
@@ -288,14 +293,14 @@ def make_parser() -> Parser:
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("generate", help="sample text from a trained run")
-    p.add_argument("run_dir")
-    p.add_argument("--prompt", default="")
-    p.add_argument("--max-tokens", type=int, default=50)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("run_dir", help="a run directory written by infolm train")
+    p.add_argument("--prompt", default="", help="text to continue (words outside the vocabulary read as <unk>)")
+    p.add_argument("--max-tokens", type=int, default=50, help="tokens to sample")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (0: greedy)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass")
     p.add_argument("--samples", type=int, default=1, help="sentences to sample (a sentence LM; a stream LM gives one)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.set_defaults(func=cmd_generate)
 
     from infolm.sweep import add_sweep_parser
@@ -309,7 +314,7 @@ def make_parser() -> Parser:
     p.add_argument("--mi-key", default="mi", help="MI field of the evaluation records (sentence-latent: per sentence)")
     p.add_argument("--label", default="", help="comma-separated config keys that name a curve (default: objective)")
     p.add_argument("--optimum", type=float, default=None, help="draw the optimal NLL (synthetic task: 9.2103)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_pareto)
 
     from infolm.cli.latent import add_latent_parser
@@ -317,23 +322,28 @@ def make_parser() -> Parser:
     add_latent_parser(sub)
 
     p = sub.add_parser("info", help="datasets, tasks, models and objectives known to the registries")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the registries as JSON")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("ngram", help="count-based n-gram models (Kneser-Ney), ARPA files")
     ngram = p.add_subparsers(dest="ngram_command", required=True, parser_class=Parser)
     q = ngram.add_parser("build", help="build an n-gram model and write it as ARPA")
-    q.add_argument("--data", default="ptb")
-    q.add_argument("--order", type=int, default=2)
-    q.add_argument("--out", required=True)
-    q.add_argument("--method", default="modified-kn", choices=("modified-kn", "kn", "absolute"))
-    q.add_argument("--json", action="store_true")
+    q.add_argument("--data", default="ptb", help="dataset whose training split is counted")
+    q.add_argument("--order", type=int, default=2, help="n of the n-gram model")
+    q.add_argument("--out", required=True, help="ARPA file to write")
+    q.add_argument(
+        "--method",
+        default="modified-kn",
+        choices=("modified-kn", "kn", "absolute"),
+        help="smoothing: interpolated modified Kneser-Ney, Kneser-Ney, or absolute discounting",
+    )
+    q.add_argument("--json", action="store_true", help="print the summary as JSON")
     q.set_defaults(func=cmd_ngram_build)
     q = ngram.add_parser("eval", help="perplexity of an ARPA model on a split")
-    q.add_argument("arpa")
-    q.add_argument("--data", default="ptb")
-    q.add_argument("--split", choices=("train", "valid", "test"), default="valid")
-    q.add_argument("--json", action="store_true")
+    q.add_argument("arpa", help="ARPA file (written by infolm ngram build, or KenLM)")
+    q.add_argument("--data", default="ptb", help="dataset to score")
+    q.add_argument("--split", choices=("train", "valid", "test"), default="valid", help="split to score")
+    q.add_argument("--json", action="store_true", help="print the results as JSON")
     q.set_defaults(func=cmd_ngram_eval)
     return parser
 

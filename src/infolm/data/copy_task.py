@@ -114,11 +114,20 @@ def copy_loss(stream_loss: float, length: int, vocab_size: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write the reverse copy task (thesis Sec. 2.3.3) as text files.")
-    parser.add_argument("out_dir")
+    parser.add_argument("out_dir", help="directory for train.txt, valid.txt and test.txt")
     defaults = CopyTaskConfig()
+    helps = {
+        "length": "tokens to copy per example",
+        "vocab_size": "symbols sampled uniformly",
+        "train": "training examples",
+        "valid": "validation examples",
+        "test": "test examples",
+        "seed": "seed of the sampler",
+    }
     for field in dataclasses.fields(CopyTaskConfig):
         flag = "--" + field.name.replace("_", "-")
-        parser.add_argument(flag, type=int, default=getattr(defaults, field.name))
+        help_text = f"{helps[field.name]} (default: %(default)s)"
+        parser.add_argument(flag, type=int, default=getattr(defaults, field.name), help=help_text)
     args = parser.parse_args(argv)
     config = CopyTaskConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(CopyTaskConfig)})
     paths = write_copy_task(args.out_dir, config)
