@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from infolm.config import Config, load_raw, save_config, to_dict
-from infolm.data import Corpus, load_corpus
+from infolm.data import Corpus
 from infolm.errors import InfolmError
 from infolm.models.base import LanguageModel
 
@@ -50,6 +50,15 @@ def build_task(config: Config, corpus: Corpus) -> Any:
     task = TASKS.build(config.task["name"], settings, where="task")
     task.setup(config, corpus)
     return task
+
+
+def task_data(config: Config) -> Corpus:
+    """What the task of ``config`` trains on (``Task.load_data``; a corpus unless the task says otherwise)."""
+    from infolm.tasks import TASKS, Task
+
+    task_class = cast(type[Task], TASKS.get(config.task["name"]).factory)
+    data: Corpus = task_class.load_data(config)
+    return data
 
 
 def build_objective(config: Config) -> Any:
@@ -180,7 +189,7 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     run_dir = Path(config.run.dir)
     validate_plugins(config)
     check_run_dir(config, run_dir)
-    corpus = load_corpus(config.data)
+    corpus = task_data(config)
     if config.run.deterministic:
         torch.use_deterministic_algorithms(True)
     seed_everything(config.run.seed)
@@ -253,7 +262,7 @@ def load_run(
         raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
     if full_splits:
         config.data.max_eval_tokens = None
-    corpus = load_corpus(config.data)
+    corpus = task_data(config)
     saved_vocab = Vocab.load(run_dir / "vocab.json")
     if saved_vocab.itos != corpus.vocab.itos:
         raise InfolmError(f"the data of {run_dir} no longer gives the vocabulary the run was trained with")

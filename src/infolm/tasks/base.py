@@ -119,6 +119,15 @@ class Task:
     serves: frozenset[str] = frozenset({"causal-lm"})  # model protocols (PROTOCOLS) it can train
 
     @classmethod
+    def load_data(cls, config: Config) -> Any:
+        """The data the task trains on, read before any model is built. Default: the corpus that
+        ``config.data`` names. Whatever it returns has a ``vocab`` (saved with the run, checked when
+        the run is loaded, its size the model's) and is what ``setup`` and the objectives receive."""
+        from infolm.data import load_corpus
+
+        return load_corpus(config.data)
+
+    @classmethod
     def input_length(cls, config: Any, data: DataConfig) -> int | None:
         """The longest input row the task feeds a model (None: unbounded), known from the config."""
         return None
