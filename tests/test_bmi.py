@@ -242,3 +242,41 @@ def test_gradient_variance_example_runs(tmp_path: Path) -> None:
     )
     assert (tmp_path / "h.png").stat().st_size > 0 and (tmp_path / "s.json").exists()
     assert summary["parameters_compared"] > 0 and 0.0 <= summary["fraction_rl_higher"] <= 1.0
+
+
+def test_gradient_variance_example_rewards_the_policy_with_eq_9() -> None:
+    """The RL baseline's reward is R+ = -SP(-D) (Eqs. 7, 9), not IW-RAML's shifted score (Eq. 14)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import bmi_gradient_variance
+
+    scores = torch.tensor([-30.0, -1.0, 0.0, 2.5, 30.0])
+    reward = bmi_gradient_variance.policy_reward(scores)
+    assert torch.allclose(reward, torch.nn.functional.logsigmoid(scores))
+    assert reward[2].item() == pytest.approx(-math.log(2.0)) and (reward <= 0).all()
+
+
+def test_init_from_continues_the_discriminator_and_the_phase(tmp_path: Path) -> None:
+    """The "(ft.)" rows: fine-tuning from a BMI run goes on with its discriminator and Phase II."""
+    from infolm.training.metrics import read_metrics
+    from tests.conftest import run_cli
+
+    small = ["data.max_train_tokens=20000", "data.max_eval_tokens=1000", "train.log_every=1"]
+    base, tuned = tmp_path / "base", tmp_path / "tuned"
+    first = run_cli(
+        "train", "configs/ptb/bmi-full.yaml", f"run.dir={base}", *small, "train.max_steps=4", "train.eval_every=4",
+        "objective.bmi.phase2_start=2",
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = run_cli(
+        "train", "configs/ptb/bmi-full.yaml", f"run.dir={tuned}", *small, f"run.init_from={base}",
+        "train.max_steps=1", "optim.lr=0", "optim.average={name: tail}",
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr[-2000:]
+    step = next(r for r in read_metrics(tuned / "metrics.jsonl") if r.get("step") == 1 and "bmi_phase" in r)
+    assert step["bmi_phase"] == 2.0  # Phase II goes on (a fresh objective would start in Phase I)
+    saved = torch.load(base / "checkpoints/best/objective.pt", weights_only=True)
+    assert saved["terms.bmi._extra_state"]["phase2"].item()
+    continued = torch.load(tuned / "checkpoints/best/objective.pt", weights_only=True)
+    weights = [k for k in saved if k.startswith("terms.bmi.discriminator.")]
+    # one Adam step (lr 2e-4) from the base run's discriminator, not a fresh initialization
+    assert weights and max(float((saved[k] - continued[k]).abs().max()) for k in weights) < 1e-3

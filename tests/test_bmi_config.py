@@ -71,3 +71,9 @@ def test_bmi_full_run_logs_phase1_then_phase2_terms(tmp_path: Path) -> None:
         assert record["bmi_phase"] == (2.0 if phase2 else 1.0)
     assert all(r["bmi_raml_ess"] <= 4.0 + 1e-6 for s, r in steps.items() if s > 8)  # ESS <= M pairs
     assert any(r.get("split") == "valid" for r in records)
+
+
+def test_bmi_configs_evaluate_per_epoch() -> None:
+    """The paper evaluates per epoch: the non-monotone trigger must not fire on noisy mid-epoch evaluations."""
+    for path in CONFIGS.values():
+        assert load_config(path, []).train.eval_every == 0, path.name

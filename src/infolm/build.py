@@ -198,6 +198,8 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
         init_weights(model, config.run.init_from, corpus)
     objective = build_objective(config)
     objective.setup(corpus, model)
+    if config.run.init_from:
+        init_objective_state(objective, config.run.init_from)
     averager = build_averager(config, model)
     prepare_run_dir(config, corpus, list(overrides or []))
     task = build_task(config, corpus)
@@ -242,6 +244,30 @@ def init_weights(model: torch.nn.Module, run_dir: str | Path, corpus: Corpus) ->
     if Vocab.load(run_dir / "vocab.json").itos != corpus.vocab.itos:
         raise InfolmError(f"run.init_from={run_dir} was trained with another vocabulary")
     _load_checkpoint_weights(model, chosen)
+
+
+def init_objective_state(objective: Any, run_dir: str | Path) -> list[str]:
+    """Continue the state of the objective terms that ``run_dir`` also trained (BMI's discriminator and
+    phase, IMM's start): fine-tuning goes on where the other run's objective was. Returns those terms."""
+    from infolm.training import checkpoint as ckpt
+
+    chosen = _evaluation_checkpoint(Path(run_dir))
+    saved = ckpt.load_objective_state(chosen) if chosen is not None else None
+    if not saved:
+        return []
+    continued = []
+    for name, term in objective.named_terms():
+        prefix = f"terms.{name}."
+        state = {k[len(prefix) :]: v for k, v in saved.items() if k.startswith(prefix)}
+        if not state:
+            continue
+        try:
+            term.load_state_dict(state)
+        except (RuntimeError, KeyError) as error:
+            first = str(error).strip().splitlines()[0]
+            raise InfolmError(f"run.init_from={run_dir}: objective.{name} cannot continue its state: {first}") from None
+        continued.append(name)
+    return continued
 
 
 def load_run(

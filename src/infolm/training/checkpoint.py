@@ -84,6 +84,7 @@ def save_checkpoint(
 
 
 RESTART = "restart.pt"
+OBJECTIVE = "objective.pt"
 
 
 def save_best(
@@ -92,13 +93,16 @@ def save_best(
     meta: dict[str, Any],
     raw_model: nn.Module | None = None,
     restart_state: dict[str, Any] | None = None,
+    objective_state: dict[str, Any] | None = None,
 ) -> None:
-    """Write ``checkpoints/best``: the evaluation weights and, for divergence restarts (Melis Sec. 4.4),
-    the training weights (``raw_model``, with averaging) and ``restart.pt`` (optimizer, averager and
-    objective state: tensors and plain containers)."""
+    """Write ``checkpoints/best``: the evaluation weights, ``objective.pt`` (the objective's state, which
+    ``run.init_from`` continues) and, for divergence restarts (Melis Sec. 4.4), the training weights
+    (``raw_model``, with averaging) and ``restart.pt`` (optimizer, averager and objective state)."""
 
     def write(tmp: Path) -> None:
         save_model(model, str(tmp / "model.safetensors"))
+        if objective_state is not None:
+            torch.save(objective_state, tmp / OBJECTIVE)
         if raw_model is not None:
             save_model(raw_model, str(tmp / "raw_model.safetensors"))
         if restart_state is not None:
@@ -130,6 +134,17 @@ def load_weights(model: nn.Module, checkpoint: Path, raw: bool = False) -> None:
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     state: dict[str, Any] = torch.load(checkpoint / "trainer.pt", weights_only=True)
     return state
+
+
+def load_objective_state(checkpoint: Path) -> dict[str, Any] | None:
+    """The objective's state saved with a checkpoint (``best/objective.pt`` or a step's trainer state)."""
+    if (checkpoint / OBJECTIVE).exists():
+        state: dict[str, Any] = torch.load(checkpoint / OBJECTIVE, weights_only=True)
+        return state
+    if (checkpoint / "trainer.pt").exists():
+        objective: dict[str, Any] | None = load_trainer_state(checkpoint).get("objective")
+        return objective
+    return None
 
 
 def load_restart_state(checkpoint: Path) -> dict[str, Any] | None:

@@ -293,8 +293,9 @@ class Trainer:
                 import copy
 
                 raw_model = copy.deepcopy(self.model)
+        objective_state = _clone(self.objective.state_dict())  # what run.init_from continues
         with self.eval_weights():
-            ckpt.save_best(self.run_dir, self.model, meta, raw_model, restart)
+            ckpt.save_best(self.run_dir, self.model, meta, raw_model, restart, objective_state)
 
     # ----------------------------------------------------------------------------------------
     def _backward(self, terms: Terms) -> float:
