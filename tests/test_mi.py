@@ -110,3 +110,19 @@ def test_bad_settings_are_user_errors() -> None:
         MIEstimatorConfig(encoder="lstm")
     with pytest.raises(InfolmError):
         estimate_segment_mi(torch.arange(100), 10)
+
+
+def test_generated_texts_give_pairs_that_never_cross_two_texts() -> None:
+    """Parallel generations are separate texts: a segment pair lies inside one of them."""
+    from infolm.evaluation.mi import generate_texts, row_segment_pairs
+    from infolm.models import MODELS
+
+    rows = torch.arange(4 * 50).view(4, 50)  # row r holds ids 50 r .. 50 r + 49
+    x, y = row_segment_pairs(rows, seg_len=5, gap=2)  # span 12: 4 pairs per row
+    assert x.shape == (16, 5) and y.shape == (16, 5)
+    assert torch.equal(x // 50, y // 50) and (x // 50 == x[:, :1] // 50).all()
+    model = MODELS.build("lstm", {"emb": 8, "hidden": 8, "layers": 1}, vocab_size=13)
+    texts = generate_texts(model, 300, 0, seg_len=5, gap=2, texts=8, generator=torch.Generator().manual_seed(0))
+    assert texts.size(0) == 8 and texts.size(1) % 12 == 0 and texts.numel() >= 300
+    pairs, _ = row_segment_pairs(texts, 5, 2)
+    assert len(pairs) == texts.numel() // 12  # every token is in a pair: none lost at a boundary

@@ -121,14 +121,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.mi_generated:
         import dataclasses
 
-        from infolm.evaluation.mi import estimate_segment_mi
-        from infolm.evaluation.reverse_ppl import generate_stream
+        from infolm.evaluation.mi import MIEstimatorConfig, estimate_segment_mi, generate_texts
 
         generator = torch.Generator(device=device).manual_seed(args.seed)
-        generated = generate_stream(model, args.mi_generated, corpus.vocab.eos_id, 64, 1.0, generator, device)
+        layout = MIEstimatorConfig()
+        eos = corpus.vocab.eos_id
+        generated = generate_texts(model, args.mi_generated, eos, layout.seg_len, layout.gap, 64, generator, device)
         real = corpus.stream("train")[: args.mi_generated]
         result["mi"] = {
-            "generated": dataclasses.asdict(estimate_segment_mi(generated.cpu(), len(corpus.vocab))),
+            "generated": dataclasses.asdict(estimate_segment_mi(generated, len(corpus.vocab))),
             "real": dataclasses.asdict(estimate_segment_mi(real, len(corpus.vocab))),
             "tokens": args.mi_generated,
         }

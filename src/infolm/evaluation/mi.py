@@ -129,6 +129,36 @@ class MIEstimate:
         return f"{self.mean:.3f} ± {self.std:.3f} nats ({len(self.folds)} folds)"
 
 
+def row_segment_pairs(rows: Tensor, seg_len: int, gap: int) -> tuple[Tensor, Tensor]:
+    """Disjoint segment pairs inside each row of ``rows`` (S, L), none crossing from one row to the next."""
+    span = 2 * seg_len + gap
+    if rows.size(1) < span:
+        raise InfolmError(f"texts of {rows.size(1)} tokens are shorter than one segment pair ({span})")
+    pairs = [segment_pairs(row, seg_len, gap) for row in rows]
+    return torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs])
+
+
+def generate_texts(
+    model: nn.Module,
+    num_tokens: int,
+    eos_id: int,
+    seg_len: int,
+    gap: int,
+    texts: int = 64,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> Tensor:
+    """(S, L) independent generations of about ``num_tokens`` tokens in all, each started after ``<eos>``
+    and a whole number of segment-pair spans long (so that no pair crosses two texts and none is lost)."""
+    from infolm.evaluation.generation import sample
+
+    span = 2 * seg_len + gap
+    texts = max(1, min(texts, num_tokens // span))
+    length = max(1, math.ceil(num_tokens / (texts * span))) * span
+    prompt = torch.full((texts, 1), eos_id, dtype=torch.long, device=device)
+    return sample(model, prompt, length, generator=generator).cpu()  # type: ignore[arg-type]
+
+
 @torch.no_grad()
 def critic_mine_bound(critic: Critic, x: Tensor, y: Tensor, neg_shifts: int = 64) -> float:
     """MINE bound (Eq. 4) of ``critic`` on pairs (x_i, y_i); negatives (x_i, y_{i+s}) for cyclic shifts s."""
@@ -206,12 +236,17 @@ def cross_validated_mi(
 def estimate_segment_mi(stream: Tensor, vocab_size: int, config: MIEstimatorConfig | None = None) -> MIEstimate:
     """Lower bound on the MI of two segments (``seg_len`` tokens, ``gap`` apart) of an id stream (Sec. 5.2).
 
-    Works on any stream: real text (``corpus.stream("test")``) or a model's generations.
+    Works on any stream: real text (``corpus.stream("test")``) or a model's generations. A 2-D
+    ``stream`` (S, L) holds S independent texts (e.g. parallel generations): pairs are taken within a
+    row only, never across two texts.
     """
     config = config or MIEstimatorConfig()
     if stream.numel() and int(stream.max()) >= vocab_size:
         raise InfolmError(f"stream has id {int(stream.max())} outside the vocabulary of {vocab_size}")
-    x, y = segment_pairs(stream.long().cpu(), config.seg_len, config.gap)
+    if stream.dim() == 2:
+        x, y = row_segment_pairs(stream.long().cpu(), config.seg_len, config.gap)
+    else:
+        x, y = segment_pairs(stream.long().cpu(), config.seg_len, config.gap)
     return cross_validated_mi(
         x, y, lambda: SegmentCritic(vocab_size, config.emb, config.channels, 3, config.hidden, config.encoder), config
     )
