@@ -483,3 +483,26 @@ def test_trainer_starts_imm_late_and_resets_the_learning_rate(tmp_path: Any) -> 
     assert [steps[s]["lr"] for s in range(1, 7)] == [20.0, 20.0, 20.0, 5.0, 5.0, 5.0]  # the lr each step used
     assert [(r["step"], r["lr"]) for r in records if r.get("event") == "lr_reset"] == [(3, 5.0)]
     assert steps[3]["imm"] == 0.0 and steps[4]["imm"] > 0.0
+
+
+def test_crosstalk_backward_recomputes_under_the_forward_autocast() -> None:
+    """Under bf16 autocast the samples of the backward pass are those of the forward pass (same
+    precision), so the crosstalk weights sum to one and the gradient is autograd's."""
+    torch.manual_seed(15)
+    weight = torch.randn(5, 7, requires_grad=True)
+    features = torch.randn(4, 3, 5)  # (k, P, D)
+    target = torch.softmax(torch.randn(3, 7), -1)
+
+    def sample_fn(chunk: int) -> Tensor:
+        logits = (features[chunk : chunk + 1] @ weight).float()
+        if torch.is_autocast_enabled("cpu"):  # stands for the bf16 rounding of the logits
+            logits = logits + torch.arange(7.0)
+        return torch.log_softmax(logits, -1)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = induced_cross_entropy(target, torch.cat([sample_fn(c) for c in range(4)]))
+        loss = crosstalk_induced_cross_entropy(sample_fn, 4, target, [weight])
+    (expected,) = torch.autograd.grad(reference, weight)
+    (got,) = torch.autograd.grad(loss, weight)
+    assert torch.allclose(loss, reference, atol=1e-4)
+    assert torch.allclose(got, expected, rtol=2e-2, atol=2e-3)  # bf16 matmuls in both graphs

@@ -139,6 +139,10 @@ class _CrosstalkInducedCrossEntropy(torch.autograd.Function):
             log_total = chunk_total if log_total is None else torch.logaddexp(log_total, chunk_total)
         assert log_total is not None
         ctx.sample_fn, ctx.num_chunks, ctx.weights = sample_fn, num_chunks, weights
+        # backward runs outside the caller's autocast: recompute the samples under the same precision
+        # (bf16 logits), else the crosstalk weights Q_i / sum_j Q_j mix fp32 Q_i with a bf16 total
+        device_type = target.device.type
+        ctx.autocast = (device_type, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
         ctx.save_for_backward(target, log_total, *params)
         return _weighted_mean(-(target * (log_total - math.log(count))).sum(-1), weights)
 
@@ -146,9 +150,10 @@ class _CrosstalkInducedCrossEntropy(torch.autograd.Function):
     def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:
         target, log_total, *params = ctx.saved_tensors
         grads: list[Tensor | None] = [None] * len(params)
+        device_type, autocast, autocast_dtype = ctx.autocast
         for chunk in range(ctx.num_chunks):
-            with torch.enable_grad():
-                log_probs = ctx.sample_fn(chunk)  # (c, P, V), recomputed with a graph
+            with torch.enable_grad(), torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast):
+                log_probs = ctx.sample_fn(chunk)  # (c, P, V), recomputed with a graph, as in forward
                 crosstalk = torch.exp(log_probs.detach() - log_total)  # C_i(y), App. C.2 (constant)
                 per_context = -(target * crosstalk * log_probs).sum(dim=(0, 2))  # (P,)
                 surrogate = _weighted_mean(per_context, ctx.weights) * grad_loss
