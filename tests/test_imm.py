@@ -460,6 +460,9 @@ def test_delayed_start_and_learning_rate_reset() -> None:
     assert composite.pop_lr_reset() is None  # starting happens once
     torch.set_rng_state(rng)
     assert imm(model, batch, model(batch.inputs)).losses["imm"].item() > 0
+    silent = Composite({"imm": make_imm(stream, model, weight=0.0, start_below_ppl=90.0, start_lr=0.5)})
+    silent.on_evaluation(10, math.log(80.0))
+    assert silent.pop_lr_reset() is None  # weight 0 changes nothing, the learning rate included
     by_step = make_imm(stream, model, start_step=3)
     by_step.on_step_end(2, {})
     assert not bool(by_step.started)

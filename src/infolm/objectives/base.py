@@ -149,8 +149,12 @@ class Composite(Objective):
             term.on_evaluation(step, valid_loss)
 
     def pop_lr_reset(self) -> float | None:
-        resets = [reset for _, term in self.named_terms() if (reset := term.pop_lr_reset()) is not None]
-        return resets[-1] if resets else None
+        chosen = None
+        for name, term in self.named_terms():
+            reset = term.pop_lr_reset()  # popped from every term; a term with weight 0 changes nothing
+            if reset is not None and self.weight(name) != 0.0:
+                chosen = reset
+        return chosen
 
 
 def build_objective(settings: Mapping[str, Any]) -> Composite:
