@@ -37,9 +37,9 @@ from typing import Any
 import torch
 
 from infolm.build import load_run
-from infolm.evaluation.mi import MIEstimatorConfig, estimate_segment_mi
+from infolm.evaluation.mi import MIEstimatorConfig, estimate_segment_mi, generate_texts
 from infolm.evaluation.perplexity import evaluate_split, stream_nll
-from infolm.evaluation.reverse_ppl import ReversePPLConfig, generate_stream, train_fresh_lm
+from infolm.evaluation.reverse_ppl import ReversePPLConfig, train_fresh_lm
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ("baseline", "base", "full")
@@ -88,10 +88,12 @@ def evaluate_run(run_dir: Path, seed: int, gen_tokens: int) -> dict[str, Any]:
     result: dict[str, Any] = {"valid": {"ppl": valid["ppl"], "nll": valid["loss"], "step": valid["step"]}}
     result["test"] = evaluate_split(model, corpus, "test", config.data.eval_batch_size, config.data.bptt)
     generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        generated = generate_stream(model, gen_tokens, corpus.vocab.eos_id, 64, 1.0, generator)
+    layout, eos = MIEstimatorConfig(), corpus.vocab.eos_id
+    with torch.no_grad():  # 64 independent texts; MI pairs are taken within a text, never across two
+        texts = generate_texts(model, gen_tokens, eos, layout.seg_len, layout.gap, 64, generator)
+    generated = torch.cat([texts, torch.full((texts.size(0), 1), eos)], 1).reshape(-1)[:gen_tokens]
     result["reverse"] = reverse_ppl_of(generated, corpus, seed)
-    mi = estimate_segment_mi(generated, len(corpus.vocab), MIEstimatorConfig(seed=seed, **MI))  # type: ignore[arg-type]
+    mi = estimate_segment_mi(texts, len(corpus.vocab), MIEstimatorConfig(seed=seed, **MI))  # type: ignore[arg-type]
     result["mi"] = {"mean": mi.mean, "std": mi.std, "folds": mi.folds}
     return result
 
