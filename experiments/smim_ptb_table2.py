@@ -67,6 +67,18 @@ def lm_run_report(run: Path, sentences: int) -> dict[str, Any]:
     return report
 
 
+def finished(run: Path) -> bool:
+    """The run reached its step budget (a run still training is not evaluated)."""
+    from infolm.config import load_config
+
+    config = load_config(run / "config.yaml")
+    metrics = run / "metrics.jsonl"
+    if config.train.max_steps is None or not metrics.exists():
+        return metrics.exists()
+    steps = [json.loads(line).get("step", 0) for line in metrics.read_text().splitlines() if line.strip()]
+    return max(steps, default=0) >= config.train.max_steps
+
+
 def mean_std(values: list[float]) -> str:
     if not values:
         return "–"
@@ -87,6 +99,7 @@ def main() -> None:
     rows = []
     for name, label in [*LATENT.items(), ("sentence-lstm", "sentence LSTM LM")]:
         runs = [root / f"{name}-s{seed}" for seed in seeds if (root / f"{name}-s{seed}" / "config.yaml").exists()]
+        runs = [run for run in runs if finished(run)]
         if not runs:
             continue
         cols: dict[str, list[float]] = {k: [] for k in ("nll", "ppl", "kl", "mi", "au", "bleu", "ent", "melbo")}
