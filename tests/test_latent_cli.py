@@ -145,3 +145,27 @@ def test_train_then_evaluate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert len(evals) == 2 and all("kl" in r and "mi" in r for r in evals)
     code, out, _ = run(capsys, "latent", "evaluate", str(run_dir), "--samples", "2", "--json")
     assert code == 0 and json.loads(out)["bounds"]["examples"] == 5
+
+
+def test_the_length_prior_is_fitted_to_the_training_sentences(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from infolm.build import load_run
+
+    data = tmp_path / "data.txt"
+    data.write_text("\n".join(LINES) + "\n")  # 6, 4, 3, 6 and 4 words
+    config = tmp_path / "run.yaml"
+    lines = [
+        f"data: {{name: path, train: {data}, valid: {data}, test: {data}, batch_size: 5, eval_batch_size: 5}}",
+        "task: {name: sentence-latent, valid_samples: 2, test_samples: 2, chunk: 2}",
+        "model: {name: sentence-gru, emb: 8, hidden: 12, latent: 3, length_prior: true, max_length: 8}",
+        "objective: {amim: {}}",
+        "optim: {name: adam, lr: 0.01}",
+        "train: {max_steps: 1, clip: 0, progress: false}",
+    ]
+    config.write_text("\n".join(lines) + "\n")
+    code, _, err = run(capsys, "train", str(config), f"run.dir={tmp_path / 'run'}")
+    assert code == 0, err
+    model = load_run(tmp_path / "run")[2]
+    counts = torch.tensor([0, 1, 1, 2, 3, 1, 3, 1, 1], dtype=torch.float64)  # add-one over 1..8
+    torch.testing.assert_close(model.log_length_prior.exp().double(), counts / counts.sum())

@@ -21,6 +21,7 @@ one decoder pass of K * B rows.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +166,12 @@ class SentenceGRU(LatentVariableModel):
     def scored_tokens(self, lengths: Tensor) -> Tensor:
         """Positions ln p(x|z) scores per sentence: words and ``<eos>``, or the words alone with p(T)."""
         return lengths - 1 if self.config.length_prior else lengths
+
+    def fit_corpus(self, corpus: Any) -> None:
+        """Before training: p(T) from the training sentences' word counts, when the length prior is on."""
+        if self.config.length_prior:
+            offsets = torch.from_numpy(corpus.sentence_offsets("train"))
+            self.fit_length_prior(offsets.diff() - 1)  # words per line (its <eos> not counted)
 
     def fit_length_prior(self, word_counts: Tensor) -> None:
         """Set p(T) to the empirical distribution of the training sentences' word counts (Eq. 2),

@@ -37,7 +37,7 @@ class AutoEncoder(Objective):
         self.config = config
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
-        require_latent_model(self, model)
+        require_latent_model(self, model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)

@@ -52,7 +52,7 @@ class AMIM(Objective):
         self.config = config
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
-        require_latent_model(self, model)
+        require_latent_model(self, model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)

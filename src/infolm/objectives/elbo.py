@@ -60,7 +60,7 @@ class ELBO(Objective):
         return kl_weight(step, c.anneal, c.k, c.x0, c.anneal_steps)
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
-        require_latent_model(self, model)
+        require_latent_model(self, model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)

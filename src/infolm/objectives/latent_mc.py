@@ -137,7 +137,7 @@ class MonteCarloObjective(Objective):
         self.terms = terms
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
-        require_latent_model(self, model)
+        require_latent_model(self, model, corpus)
         if self.config.estimator in PATHWISE and not model.reparameterized:
             raise InfolmError(
                 f"objective {self.name}: estimator {self.config.estimator} needs reparameterized (Gaussian) "
@@ -158,11 +158,16 @@ class MonteCarloObjective(Objective):
         return Terms(losses={self.name: -out.surrogate.sum() / max(count, 1)}, metrics=metrics, tokens=count)
 
 
-def require_latent_model(objective: Objective, model: nn.Module) -> None:
-    """One clear line when a latent-variable objective is given another kind of model."""
+def require_latent_model(objective: Objective, model: nn.Module, corpus: Any = None) -> None:
+    """One clear line when a latent-variable objective is given another kind of model; a model that
+    fits something to the training data before training (``fit_corpus``: the sentence GRU's length
+    prior p(T)) does it here."""
     if not isinstance(model, LatentVariableModel):
         name = getattr(objective, "name", type(objective).__name__)
         raise InfolmError(f"objective {name} needs a latent-variable model, got {type(model).__name__}")
+    fit = getattr(model, "fit_corpus", None)
+    if fit is not None and corpus is not None:
+        fit(corpus)
 
 
 def sentence_rows(batch: Batch) -> tuple[Tensor, Tensor]:
