@@ -88,7 +88,7 @@ def finished(run_dir: Path, steps: int) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/thesis-fig5-synthetic")
-    parser.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.5, 0.8, 0.95])
+    parser.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.3, 0.5, 0.65, 0.8, 0.95])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--figures", nargs="+", default=list(FIGURES), choices=list(FIGURES))
