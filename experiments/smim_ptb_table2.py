@@ -79,12 +79,12 @@ def finished(run: Path) -> bool:
     return max(steps, default=0) >= config.train.max_steps
 
 
-def mean_std(values: list[float]) -> str:
+def mean_std(values: list[float], digits: int = 2) -> str:
     if not values:
         return "–"
     if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def main() -> None:
@@ -123,7 +123,8 @@ def main() -> None:
         paper = PAPER[name]
         rows.append(
             f"| {label} | {len(runs)} | {mean_std(cols['nll'])} | {mean_std(cols['ppl'])} | {mean_std(cols['kl'])} "
-            f"| {mean_std(cols['mi'])} | {mean_std(cols['au'])} | {mean_std(cols['bleu'])} | {mean_std(cols['ent'])} "
+            f"| {mean_std(cols['mi'])} | {mean_std(cols['au'], 0)} | {mean_std(cols['bleu'], 3)} "
+            f"| {mean_std(cols['ent'])} "
             f"| {mean_std(cols['melbo'])} | {paper['nll']} | {paper['kl']} | {paper['bleu']} | {paper['entropy']} |"
         )
     print(
