@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from infolm.data.wordpiece import PAD, SEP, SPECIALS
 from infolm.errors import InfolmError
+from infolm.models.base import register_model
 
 PAD_ID, SEP_ID = SPECIALS.index(PAD), SPECIALS.index(SEP)  # fixed ids of the WordPiece vocabulary
 
@@ -80,8 +81,17 @@ class EncoderLayer(nn.Module):
         return self.ff_norm(x + self.dropout(h))
 
 
+# The model registry holds every model protocol; tasks refuse a model of the wrong protocol.
+@register_model("bert", config=EncoderConfig)  # type: ignore[arg-type]
 class Encoder(nn.Module):
-    """``forward(tokens (B, T), segments, padding_mask) -> EncoderOutput``; heads are methods."""
+    """BERT-style bidirectional encoder: ``forward(tokens (B, T)) -> EncoderOutput``; heads are methods."""
+
+    protocol: str = "encoder"  # the model protocol tasks declare they serve
+
+    @classmethod
+    def max_input_length(cls, config: EncoderConfig) -> int | None:
+        """The longest input row (learned positions)."""
+        return config.max_len
 
     def __init__(self, config: EncoderConfig, vocab_size: int) -> None:
         super().__init__()
@@ -139,8 +149,8 @@ class Encoder(nn.Module):
     def mlm_logits(self, features: Tensor, types: Tensor | None = None) -> Tensor:
         """f(a, b) = g_ω(a)ᵀ g_ψ(b) + bias_b for every word type b (or only ``types`` (U,)). (..., V | U)."""
         if types is None:
-            return features @ self.word_embeddings.weight.t() + self.mlm_bias
-        return features @ self.word_embeddings.weight[types].t() + self.mlm_bias[types]
+            return F.linear(features, self.word_embeddings.weight, self.mlm_bias)  # one fused GEMM + bias
+        return F.linear(features, self.word_embeddings.weight[types], self.mlm_bias[types])
 
     def pooled(self, sentence: Tensor) -> Tensor:
         """BERT's pooler: tanh(dense([CLS] state)). (B, D)."""
