@@ -87,6 +87,16 @@ def test_span_masking_keeps_the_budget_and_masks_whole_words():
     assert torch.equal(rebuilt, masked)
 
 
+def test_spans_do_not_cross_an_unmaskable_position():
+    rng = np.random.default_rng(7)
+    maskable = torch.ones(400, 30, dtype=torch.bool)
+    maskable[:, [0, 12, 29]] = False  # [CLS] A [SEP] B [SEP]
+    masked, spans = span_mask(maskable, maskable.clone(), 0.5, rng)
+    for row, start, end in spans.tolist():
+        assert bool(maskable[row, start:end].all())
+    assert not bool(masked[:, 12].any())
+
+
 def test_span_masking_with_one_piece_words_masks_exactly_the_budget():
     rng = np.random.default_rng(3)
     maskable = torch.ones(50, 100, dtype=torch.bool)

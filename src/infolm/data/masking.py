@@ -4,8 +4,9 @@
 * Span masking (Kong et al. Sec. 5.2, after SpanBERT): repeatedly draw an n-gram length
   n ~ N(5, 1) rounded and clipped to 1..10 *words* and an unmasked start word uniformly; mask the
   n words (all their subwords) until 15% of the *subwords* are masked. Where the paper is silent:
-  a span stops early at the sequence end, at an already masked word, or when the budget is reached
-  (checked after each whole word, so the last word may overshoot the budget by its extra subwords).
+  a span stops early at the sequence end, at an already masked word, at an unmaskable position
+  (the [SEP] between two sentences), or when the budget is reached (checked after each whole word,
+  so the last word may overshoot the budget by its extra subwords).
 * Replacement (Devlin et al.): each masked subword becomes [MASK] with probability 0.8, a random
   subword with 0.1 and stays itself with 0.1. Random subwords are drawn uniformly from the
   non-special types (BERT draws from the whole vocabulary; the five specials are left out here).
@@ -22,6 +23,8 @@ import torch
 from torch import Tensor
 
 IGNORE_INDEX = -100
+SPAN_IDS = "span_ids"  # Batch.extras key: (B, T) int64, k at the k-th masked span of a row, -1 elsewhere
+MLM_INPUTS = "mlm_inputs"  # Batch.extras key: (B, T) masked copy of unmasked inputs (MLM beside a task loss)
 
 
 @dataclasses.dataclass
@@ -63,12 +66,17 @@ def sample_span_lengths(count: int, rng: np.random.Generator, law: SpanLaw | Non
 
 
 def span_mask_row(
-    word_of: np.ndarray, quota: int, rng: np.random.Generator, law: SpanLaw | None = None
+    word_of: np.ndarray,
+    quota: int,
+    rng: np.random.Generator,
+    law: SpanLaw | None = None,
+    barrier: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """Span masking of one sequence of maskable subwords.
 
-    ``word_of`` (n,) is the word index of each subword (0, 0, 1, 2, 2, ...). Returns the mask (n,) and
-    the masked spans as subword ranges [start, end).
+    ``word_of`` (n,) is the word index of each subword (0, 0, 1, 2, 2, ...); ``barrier`` (words,) marks
+    words a span may start at but not run into (after a [SEP]). Returns the mask (n,) and the masked
+    spans as subword ranges [start, end).
     """
     n = len(word_of)
     masked_words: list[tuple[int, int]] = []
@@ -84,7 +92,12 @@ def span_mask_row(
         free = np.flatnonzero(~taken)
         first = int(free[rng.integers(len(free))])
         end = first
-        while end < min(first + length, num_words) and not taken[end] and count < quota:
+        while (
+            end < min(first + length, num_words)
+            and not taken[end]
+            and count < quota
+            and (end == first or barrier is None or not barrier[end])
+        ):
             taken[end] = True
             count += int(word_start[end + 1] - word_start[end])
             end += 1
@@ -105,15 +118,39 @@ def span_mask(maskable: Tensor, word_start: Tensor, rate: float, rng: np.random.
         if positions.numel() == 0:
             continue
         starts = word_start[row, positions].clone()
-        starts[0] = True  # a sequence never starts inside a word
+        gap = torch.ones_like(starts)
+        gap[1:] = positions[1:] != positions[:-1] + 1  # an unmaskable position ([SEP]) lies before it
+        starts |= gap  # a sequence never starts inside a word, a [SEP] ends one
         word_of = (starts.long().cumsum(0) - 1).numpy()
-        row_mask, spans = span_mask_row(word_of, int(quotas[row]), rng, law)
+        barrier = gap[starts].numpy()  # per word: does it follow a gap
+        row_mask, spans = span_mask_row(word_of, int(quotas[row]), rng, law, barrier)
         masked[row, positions] = torch.from_numpy(row_mask)
         index = positions.numpy()
         for start, end in spans:
             rows.append((row, int(index[start]), int(index[end - 1]) + 1))
     spans_tensor = torch.tensor(rows, dtype=torch.long).reshape(-1, 3)
     return masked, spans_tensor
+
+
+def span_ids(spans: Tensor, shape: tuple[int, int]) -> Tensor:
+    """(B, T) int64: k at the positions of row b's k-th span in ``spans`` (S, 3), -1 elsewhere."""
+    out = torch.full(shape, -1, dtype=torch.long)
+    if spans.numel() == 0:
+        return out
+    rows = spans[:, 0]
+    first_of_row = torch.ones_like(rows, dtype=torch.bool)
+    first_of_row[1:] = rows[1:] != rows[:-1]
+    group_start = torch.nonzero(first_of_row).squeeze(1)  # spans are listed row by row
+    rank = torch.arange(len(rows)) - group_start[first_of_row.long().cumsum(0) - 1]  # k within its row
+    for (row, start, end), k in zip(spans.tolist(), rank.tolist()):
+        out[row, start:end] = k
+    return out
+
+
+def token_span_ids(masked: Tensor) -> Tensor:
+    """Token masking's n-grams: each masked position is its own span (k-th masked position of a row)."""
+    ranks = masked.long().cumsum(1) - 1
+    return torch.where(masked, ranks, torch.full_like(ranks, -1))
 
 
 def replace_masked(
