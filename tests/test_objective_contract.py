@@ -18,7 +18,12 @@ def make_batch(corpus, batch_size=4, bptt=8, offset=0):
 
 
 # Terms of language models over token batches (latent-variable terms have their own tests).
-LM_TERMS = [n for n in OBJECTIVES.names() if "sentences" not in getattr(OBJECTIVES.get(n).factory, "needs", ())]
+LM_TERMS = [
+    n
+    for n in OBJECTIVES.names()
+    if "sentences" not in getattr(OBJECTIVES.get(n).factory, "needs", ())
+    and "causal-lm" in getattr(OBJECTIVES.get(n).factory, "protocols", {"causal-lm"})
+]
 
 
 @pytest.fixture(params=LM_TERMS)

@@ -5,12 +5,19 @@ from infolm.objectives import (  # noqa: F401  (registration)
     ae,
     amim,
     bmi,
+    classification,
+    dim,
     elbo,
     imm,
+    imm_mlm,
     latent_mc,
     mle,
+    mlm,
+    mlm_nce,
     multisample,
     noising,
+    nsp,
+    skipgram_nce,
 )
 from infolm.objectives.base import OBJECTIVES, Batch, Composite, Objective, Terms, build_objective, register_objective
 

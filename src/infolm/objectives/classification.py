@@ -1,0 +1,34 @@
+"""Classification cross-entropy of an encoder's head on the [CLS] representation (BERT fine-tuning)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch.nn.functional as F
+from torch import nn
+
+from infolm.objectives.base import Batch, Objective, Terms, register_objective
+
+
+@dataclasses.dataclass
+class ClassificationLossConfig:
+    weight: float = 1.0  # multiplier in the Composite (the task loss of IMM App. D.2, untouched)
+
+
+@register_objective("classification", config=ClassificationLossConfig)
+class ClassificationLoss(Objective):
+    """Softmax cross-entropy of the labels from the classification head (Devlin et al.; Kong et al. Sec. 5.3)."""
+
+    needs = frozenset({"labels"})
+    protocols = frozenset({"encoder"})
+
+    def __init__(self, config: ClassificationLossConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        assert batch.labels is not None
+        logits = model.classify(output.sentence)  # type: ignore[operator]  # (B, C)
+        loss = F.cross_entropy(logits.float(), batch.labels)
+        return Terms(losses={"classification": loss}, tokens=int(batch.labels.numel()))

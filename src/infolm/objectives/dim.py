@@ -1,0 +1,103 @@
+"""The DIM span objective of InfoWord (Kong et al. Sec. 4, I_DIM): InfoNCE between the global
+representation of a masked sentence, g_ω(x̂_{i:j}) (the state of its first token, [CLS]), and the
+representation of the masked n-gram x_{i:j} encoded on its own by the same Transformer, g_ω(x_{i:j});
+negatives are the n-grams of the other sentences in the batch (Sec. 5.2), f is the dot product.
+
+Choices where the paper is silent:
+* How an n-gram becomes one vector (``ngram_pooling``): ``cls`` (default) encodes [CLS] n-gram [SEP]
+  and takes the [CLS] state, as the global view does; ``mean`` averages the n-gram's token states.
+* A sentence with several masked spans is encoded once, masked at all of them (as MLM reads it), and
+  each of its spans is a positive for it; the other spans of the same sentence are not negatives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from infolm.data.masking import SPAN_IDS
+from infolm.data.wordpiece import CLS, PAD, SEP, SPECIALS
+from infolm.errors import InfolmError
+from infolm.objectives.base import Batch, Objective, Terms, register_objective
+from infolm.objectives.infonce import info_nce
+
+POOLINGS = ("cls", "mean")
+
+
+@dataclasses.dataclass
+class DIMConfig:
+    weight: float = 1.0  # λ_DIM (Kong et al. App. B: tuned in {0.4, 0.6, 0.8, 1.0})
+    ngram_pooling: str = "cls"  # cls | mean: how an encoded n-gram becomes one vector (the paper is silent)
+
+    def __post_init__(self) -> None:
+        if self.ngram_pooling not in POOLINGS:
+            choices = ", ".join(POOLINGS)
+            raise InfolmError(f"objective.dim.ngram_pooling must be one of {choices}; got {self.ngram_pooling!r}")
+
+
+@dataclasses.dataclass
+class Ngrams:
+    tokens: Tensor  # (S, L) [CLS] n-gram [SEP] [PAD]...
+    real: Tensor  # (S, L) bool, True at the n-gram's own subwords (not [CLS], [SEP], [PAD])
+    owner: Tensor  # (S,) the batch row each n-gram was masked in
+
+
+def masked_ngrams(span_ids: Tensor, originals: Tensor) -> Ngrams:
+    """Every masked span of the batch as its own sequence. ``span_ids`` (B, T) (-1 outside spans),
+    ``originals`` (B, T) the unmasked subwords at span positions."""
+    rows, positions = torch.nonzero(span_ids >= 0, as_tuple=True)  # row-major: spans in order
+    k = span_ids[rows, positions]
+    spans_per_row = torch.zeros(span_ids.size(0), dtype=torch.long, device=span_ids.device)
+    spans_per_row.scatter_reduce_(0, rows, k + 1, reduce="amax")
+    offsets = spans_per_row.cumsum(0) - spans_per_row  # first global span index of each row
+    span = offsets[rows] + k  # (M,) global span index of each masked subword
+    num_spans = int(spans_per_row.sum())
+    lengths = torch.bincount(span, minlength=num_spans)
+    starts = torch.zeros(num_spans, dtype=torch.long, device=span.device)
+    starts.scatter_reduce_(0, span, positions, reduce="amin", include_self=False)
+    width = int(lengths.max()) + 2 if num_spans else 2
+    tokens = torch.full((num_spans, width), SPECIALS.index(PAD), dtype=torch.long, device=span.device)
+    tokens[:, 0] = SPECIALS.index(CLS)
+    tokens[span, 1 + positions - starts[span]] = originals[rows, positions]
+    tokens[torch.arange(num_spans, device=span.device), 1 + lengths] = SPECIALS.index(SEP)
+    real = torch.zeros_like(tokens, dtype=torch.bool)
+    real[span, 1 + positions - starts[span]] = True
+    owner = torch.repeat_interleave(torch.arange(span_ids.size(0), device=span.device), spans_per_row)
+    return Ngrams(tokens, real, owner)
+
+
+def dim_info_nce(sentence: Tensor, ngram: Tensor, owner: Tensor) -> Tensor:
+    """I_DIM's loss per n-gram: InfoNCE of n-gram s against its sentence's global vector, the other
+    sentences' n-grams as negatives. ``sentence`` (B, D), ``ngram`` (S, D), ``owner`` (S,). (S,)."""
+    scores = sentence[owner] @ ngram.t()  # (S, S): f(x̂ of s's sentence, n-gram s')
+    negatives = (owner[:, None] != owner[None, :]).to(scores.dtype)
+    return info_nce(scores, torch.arange(len(owner), device=owner.device), negatives)
+
+
+@register_objective("dim", config=DIMConfig)
+class DeepInfoMaxSpans(Objective):
+    """InfoWord's I_DIM: the masked sentence's [CLS] state against its masked n-grams (InfoNCE)."""
+
+    needs = frozenset({"masked-positions", "masked-spans"})
+    protocols = frozenset({"encoder"})
+
+    def __init__(self, config: DIMConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
+        ngrams = masked_ngrams(batch.extras[SPAN_IDS], batch.targets)
+        if len(ngrams.owner) == 0 or int(ngrams.owner.max()) == int(ngrams.owner.min()):
+            zero = output.sentence.sum() * 0.0  # one sentence (or none) has no negatives: no signal
+            return Terms(losses={"dim": zero}, metrics={"dim_ngrams": float(len(ngrams.owner))})
+        encoded = model(ngrams.tokens)
+        if self.config.ngram_pooling == "cls":
+            pooled = encoded.sentence  # (S, D)
+        else:
+            weights = ngrams.real.to(encoded.states.dtype)
+            pooled = (encoded.states * weights[..., None]).sum(1) / weights.sum(1, keepdim=True)
+        loss = dim_info_nce(output.sentence.float(), pooled.float(), ngrams.owner).mean()
+        return Terms(losses={"dim": loss}, metrics={"dim_ngrams": float(len(ngrams.owner))})
