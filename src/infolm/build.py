@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -283,6 +284,7 @@ def load_run(
     if not (run_dir / "config.yaml").is_file():
         raise InfolmError(f"{run_dir} is not an infolm run directory (no config.yaml)")
     config = load_config(run_dir / "config.yaml")
+    config.run.dir = str(run_dir)  # the run's own files (a tokenizer) are found wherever the run now lies
     chosen = _evaluation_checkpoint(run_dir)
     if chosen is None:
         raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
@@ -296,3 +298,10 @@ def load_run(
     _load_checkpoint_weights(model, chosen)
     model.to(device).eval()
     return config, corpus, model
+
+
+def evaluate_best(config: Config, splits: Sequence[str]) -> dict[str, dict[str, float]]:
+    """The task's metrics of a finished run's evaluation weights (best, else latest) on ``splits``."""
+    loaded, data, model = load_run(config.run.dir)
+    task = build_task(loaded, data)
+    return {split: task.evaluate(model, split).values for split in splits}

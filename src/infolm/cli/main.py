@@ -60,6 +60,44 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds must name distinct seeds, got {text!r}")
+    return seeds
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import shutil
+    from pathlib import Path
+
+    from infolm.build import load_run
+    from infolm.models.bert_export import export_bert
+    from infolm.models.encoder import Encoder
+
+    _, _, model = load_run(args.run_dir)
+    if not isinstance(model, Encoder):
+        raise InfolmError(f"{args.run_dir} holds no BERT-style encoder (model.name=bert) to export")
+    out = export_bert(model, args.out)
+    tokenizer = Path(args.run_dir) / "tokenizer.json"
+    if tokenizer.is_file():
+        shutil.copyfile(tokenizer, out / "tokenizer.json")
+    architecture = "BertForSequenceClassification" if model.classifier is not None else "BertForMaskedLM"
+    _print({"exported": str(out), "architecture": architecture}, args.json)
+    return 0
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from infolm.finetune import finetune
+
+    summary = finetune(args.config, args.seeds, list(args.overrides), ("valid", "test"))
+    _print({"run_dir": str(summary["run_dir"]), **summary["headline"]}, args.json)
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import torch
 
@@ -256,6 +294,21 @@ def make_parser() -> Parser:
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. run.dir=runs/x optim.lr=10")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("export", help="write an encoder run as a Hugging Face transformers BERT directory")
+    p.add_argument("run_dir", help="run directory of a model.name=bert run")
+    p.add_argument("out", help="directory for config.json, model.safetensors and tokenizer.json")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("finetune", help="train one run per seed (run.dir/seed-N) and summarize mean ± std")
+    p.add_argument("config", help="YAML config file, e.g. configs/cola/finetune-base.yaml")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. run.init_from=runs/pretrained")
+    p.add_argument(
+        "--seeds", type=_seed_list, default=[1, 2, 3, 4, 5], help="comma-separated run seeds (default: 1,2,3,4,5)"
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_finetune)
 
     p = sub.add_parser("evaluate", help="the task's metrics of a trained run (perplexity, bits per character, ...)")
     p.add_argument("run_dir", help="a run directory written by infolm train")

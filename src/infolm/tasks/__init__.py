@@ -1,6 +1,12 @@
 """Tasks: the shapes of learning. Importing this package registers every task in ``TASKS``."""
 
-from infolm.tasks import sentence_latent, sentence_lm, stream_lm  # noqa: F401  (registration)
+from infolm.tasks import (  # noqa: F401  (registration)
+    classification,
+    masked_lm,
+    sentence_latent,
+    sentence_lm,
+    stream_lm,
+)
 from infolm.tasks.base import FEATURES, PROTOCOLS, TASKS, Batches, Metrics, Task, register_task
 
 __all__ = ["FEATURES", "PROTOCOLS", "TASKS", "Batches", "Metrics", "Task", "register_task"]

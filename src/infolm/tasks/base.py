@@ -39,6 +39,8 @@ FEATURES = {
     "sentences": "one padded sentence per row with its length",
     "latents": "per-sentence latent fields",
     "masked-positions": "masked positions with their original tokens",
+    "masked-spans": "the masked n-grams of each row (span ids)",
+    "sentence-pairs": "rows of two sentences, [CLS] A [SEP] B [SEP]",
     "labels": "a label per row",
 }
 

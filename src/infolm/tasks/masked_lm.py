@@ -1,0 +1,279 @@
+"""``masked-lm``: encoder pretraining by masked language modelling (BERT; InfoWord, Kong et al.).
+
+The training text (the corpus's training lines, WordPiece-tokenized) is read as one consecutive
+sequence cut into rows of ``max_len - 2`` subwords, each laid out ``[CLS] subwords [SEP]`` (InfoWord
+Sec. 5.4: one consecutive sequence per example, no sentence pairs). Each batch is masked afresh:
+span masking (InfoWord Sec. 5.2, default) or BERT's token masking, then 80/10/10 replacement
+(``infolm.data.masking``). Batches carry the masked inputs, the original subwords at the masked
+positions as ``targets``, and the masked spans (``extras["span_ids"]``) for the DIM objective.
+Evaluation masks each split's rows with a fixed seed and reports the full-softmax MLM cross-entropy
+(the selection metric), its perplexity and the accuracy of the most likely subword.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from infolm.config import Config, DataConfig
+from infolm.data.batch import Batch
+from infolm.data.masking import IGNORE_INDEX, SPAN_IDS, SpanLaw, mask_batch, span_ids, token_span_ids
+from infolm.data.subwords import CLS_ID, PAD_ID, SEP_ID, EncoderData, SubwordSentences
+from infolm.data.wordpiece import WordPieceConfig
+from infolm.errors import InfolmError
+from infolm.tasks.base import Metrics, Task, numpy_rng_state, perplexity, register_task, set_numpy_rng_state
+from infolm.tasks.wordpiece_run import corpus_lines, run_tokenizer, save_tokenizer
+
+SCHEMES = ("span", "token")
+EVAL_SEED = 20200426  # fixed masking of evaluation rows (any run, any seed)
+
+
+@dataclasses.dataclass
+class MaskedLMConfig:
+    max_len: int = 512  # subwords per row, [CLS] and [SEP] included (InfoWord App. B: 512)
+    masking: str = "span"  # span (InfoWord Sec. 5.2) | token (BERT: independent subwords)
+    mask_rate: float = 0.15  # share of a row's subwords masked (BERT, InfoWord: 15%)
+    span_mean: float = 5.0  # span masking: n-gram length in words ~ N(mean, std) ... (InfoWord Sec. 5.2: N(5, 1))
+    span_std: float = 1.0  # ... rounded ...
+    span_min: int = 1  # ... and clipped to [min, max] (InfoWord Sec. 5.2: 1 and 10)
+    span_max: int = 10
+    replace_mask: float = 0.8  # a masked subword reads [MASK] with this probability (BERT: 0.8) ...
+    replace_random: float = 0.1  # ... a random subword with this one (BERT: 0.1), else itself
+    vocab_size: int = 30522  # WordPiece types trained on the training text, specials included (BERT: 30,522)
+    min_frequency: int = 2  # WordPiece trainer: least frequency of a merge
+    lowercase: bool = True  # uncased WordPiece (BERT-base uncased)
+    pairs: bool = False  # rows [CLS] A [SEP] B [SEP], a row cut at a uniform point (BERT, for NSP); InfoWord: false
+
+    def __post_init__(self) -> None:
+        if self.max_len < 3:
+            raise InfolmError(f"task.max_len must be at least 3 ([CLS], a subword, [SEP]), got {self.max_len}")
+        if self.masking not in SCHEMES:
+            raise InfolmError(f"task.masking must be one of {', '.join(SCHEMES)}; got {self.masking!r}")
+        if not 0.0 < self.mask_rate < 1.0:
+            raise InfolmError(f"task.mask_rate must be in (0, 1), got {self.mask_rate}")
+        if not 1 <= self.span_min <= self.span_max:
+            raise InfolmError(
+                f"task.span_min and span_max must satisfy 1 <= min <= max, got {self.span_min}, {self.span_max}"
+            )
+        if self.replace_mask < 0 or self.replace_random < 0 or self.replace_mask + self.replace_random > 1:
+            raise InfolmError("task.replace_mask and replace_random must be non-negative and sum to at most 1")
+
+    def tokenizer(self) -> WordPieceConfig:
+        return WordPieceConfig(self.vocab_size, self.min_frequency, self.lowercase)
+
+    def law(self) -> SpanLaw:
+        return SpanLaw(self.span_mean, self.span_std, self.span_min, self.span_max)
+
+
+@dataclasses.dataclass
+class Rows:
+    """A split's subword stream cut into rows of ``[CLS] chunk [SEP]`` (the last row may be shorter)."""
+
+    tokens: Tensor  # (R, L) int64, [PAD] after the [SEP] of a short last row
+    word_start: Tensor  # (R, L) bool, True at the first subword of a word
+
+    def __len__(self) -> int:
+        return self.tokens.size(0)
+
+
+def inner_subwords(sentences: SubwordSentences) -> Tensor:
+    """The subwords of every sentence in order, without [CLS] / [SEP]: the split as one running text."""
+    real = sentences.real() & (sentences.rows != CLS_ID) & (sentences.rows != SEP_ID)
+    return sentences.rows[real]
+
+
+def cut_rows(flat: Tensor, continuation: Tensor, max_len: int, pairs: bool = False) -> Rows:
+    """Chunks of ``max_len - 2`` subwords (``- 3`` with ``pairs``: room for the middle [SEP])."""
+    if flat.numel() == 0:
+        raise InfolmError("the split has no subwords")
+    width = max_len - 3 if pairs else max_len - 2
+    count = -(-flat.numel() // width)
+    body = torch.full((count * width,), PAD_ID, dtype=torch.long)
+    body[: flat.numel()] = flat
+    body = body.view(count, width)
+    last = flat.numel() - (count - 1) * width  # subwords in the last row
+    tokens = torch.full((count, width + 2), PAD_ID, dtype=torch.long)
+    tokens[:, 0] = CLS_ID
+    tokens[:, 1:-1] = body
+    tokens[:-1, -1] = SEP_ID
+    tokens[-1, last + 1] = SEP_ID
+    word_start = ~continuation[tokens]
+    return Rows(tokens, word_start)
+
+
+def split_pairs(tokens: Tensor, word_start: Tensor, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
+    """[CLS] x [SEP] -> [CLS] x[:s] [SEP] x[s:] [SEP] with s uniform in 1..len(x)-1 (rows of one subword stay)."""
+    lengths = (tokens != PAD_ID).sum(1) - 2  # subwords between [CLS] and [SEP]
+    cut = torch.from_numpy(rng.integers(1, np.maximum(lengths.numpy(), 2)))  # (B,) first subword of B
+    ok = lengths[:, None] >= 2
+    p = torch.arange(tokens.size(1) + 1)[None, :]
+    source = torch.where((p > cut[:, None]) & ok, p - 1, p).clamp(max=tokens.size(1) - 1)  # B moves one right
+    middle = (p == cut[:, None] + 1) & ok
+    out = tokens.gather(1, source.expand(len(tokens), -1)).masked_fill(middle, SEP_ID)
+    return out, word_start.gather(1, source.expand(len(tokens), -1)) | middle
+
+
+def masked_rows(
+    rows: Rows, index: np.ndarray, config: MaskedLMConfig, vocab_size: int, rng: np.random.Generator
+) -> Batch:
+    tokens, word_start = rows.tokens[index], rows.word_start[index]
+    if config.pairs:
+        tokens, word_start = split_pairs(tokens, word_start, rng)
+    real = tokens != PAD_ID
+    width = int(real.sum(1).max())
+    tokens, word_start, real = tokens[:, :width], word_start[:, :width], real[:, :width]
+    maskable = real & (tokens != CLS_ID) & (tokens != SEP_ID)
+    masked = mask_batch(
+        tokens,
+        maskable,
+        word_start,
+        config.masking,
+        mask_id=4,
+        vocab_size=vocab_size,
+        rng=rng,
+        rate=config.mask_rate,
+        law=config.law(),
+        probs=(config.replace_mask, config.replace_random),
+    )
+    shape = (tokens.size(0), tokens.size(1))
+    spans = span_ids(masked.spans, shape) if config.masking == "span" else token_span_ids(masked.masked)
+    return Batch(masked.inputs, masked.targets, padding_mask=real, lengths=real.sum(1), extras={SPAN_IDS: spans})
+
+
+def subword_corpus(corpus: Any, config: Config, settings: MaskedLMConfig) -> EncoderData:
+    """A word-level corpus's lines as WordPiece sentences, with the run's tokenizer (``wordpiece_run``)."""
+    lines = {split: corpus_lines(corpus, split) for split in corpus.splits}
+    tokenizer = run_tokenizer(config.run.dir, config.run.init_from, lambda: lines["train"], settings.tokenizer())
+    sentences = {split: SubwordSentences.from_ids(tokenizer.encode(text)) for split, text in lines.items()}
+    return EncoderData.of(tokenizer, sentences)
+
+
+class MaskedBatches:
+    """Shuffled rows, masked afresh per batch; rank ``rank`` takes rows ``rank::world``. Resumable: the
+    state is the random state at the epoch's start and the position; batch p of an epoch is masked with
+    a generator seeded by (seed, epoch, p)."""
+
+    def __init__(
+        self, rows: Rows, config: MaskedLMConfig, vocab_size: int, batch_size: int, seed: int, rank: int, world: int
+    ) -> None:
+        self.rows, self.config, self.vocab_size = rows, config, vocab_size
+        self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
+        self.rng = np.random.default_rng(seed)
+        self.epoch = 0
+        self._start_epoch()
+
+    def _start_epoch(self) -> None:
+        self.epoch_start = numpy_rng_state(self.rng)
+        order = self.rng.permutation(len(self.rows))
+        self.order = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        self.order = [b for b in self.order if len(b) >= self.world]
+        self.position = 0
+
+    def next_batch(self) -> Batch | None:
+        if self.position >= len(self.order):
+            self.epoch += 1
+            self._start_epoch()
+            return None
+        rows = self.order[self.position][self.rank :: self.world]
+        rng = np.random.default_rng([self.seed, self.epoch, self.position, self.rank])
+        self.position += 1
+        return masked_rows(self.rows, rows, self.config, self.vocab_size, rng)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "epoch": self.epoch, "rng": self.epoch_start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_numpy_rng_state(self.rng, state["rng"])
+        self.epoch = int(state["epoch"])
+        self._start_epoch()
+        self.position = int(state["position"])
+
+
+@register_task("masked-lm", config=MaskedLMConfig)
+class MaskedLM(Task):
+    """Masked-LM pretraining of an encoder over WordPiece rows of the training text."""
+
+    carries_state = False
+    provides = frozenset({"masked-positions", "masked-spans", "sentence-pairs"})  # pairs with task.pairs=true
+    serves = frozenset({"encoder"})
+
+    def __init__(self, config: MaskedLMConfig) -> None:
+        self.config = config
+        self.data = DataConfig()
+        self.seed = 0
+        self.vocab_size = 0
+        self.rows: dict[str, Rows] = {}
+
+    @classmethod
+    def input_length(cls, config: MaskedLMConfig, data: DataConfig) -> int | None:
+        return config.max_len
+
+    @classmethod
+    def load_data(cls, config: Config) -> EncoderData:
+        """The corpus's lines as WordPiece sentences, with the run's tokenizer (``wordpiece_run``)."""
+        from infolm.config import build_dataclass
+        from infolm.data import load_corpus
+
+        settings = build_dataclass(MaskedLMConfig, {k: v for k, v in config.task.items() if k != "name"}, "task")
+        return subword_corpus(load_corpus(config.data), config, settings)
+
+    def setup(self, config: Config, corpus: Any) -> None:
+        data: EncoderData = corpus
+        self.data, self.seed, self.vocab_size = config.data, config.run.seed, data.vocab_size
+        assert data.tokenizer is not None
+        save_tokenizer(data.tokenizer, config.run.dir)
+        continuation = data.tokenizer.continuation_table()
+        self.rows = {
+            split: cut_rows(inner_subwords(part), continuation, self.config.max_len, self.config.pairs)
+            for split, part in data.sentences.items()
+        }
+
+    def train_batches(self, rank: int = 0, world: int = 1) -> MaskedBatches:
+        rows = self.rows["train"]
+        if len(rows) < world:
+            raise InfolmError(f"the training split has {len(rows)} rows, fewer than the {world} processes")
+        return MaskedBatches(rows, self.config, self.vocab_size, self.data.batch_size, self.seed, rank, world)
+
+    @torch.no_grad()
+    def evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:
+        rows = self.rows[split]
+        nll, correct, count = 0.0, 0, 0
+        was_training = model.training
+        model.eval()
+        try:
+            for number, start in enumerate(range(0, len(rows), self.data.eval_batch_size)):
+                index = np.arange(start, min(start + self.data.eval_batch_size, len(rows)))
+                rng = np.random.default_rng([EVAL_SEED, number])
+                batch = masked_rows(rows, index, self.config, self.vocab_size, rng).to(device)
+                masked = batch.targets != IGNORE_INDEX
+                states = model(batch.inputs, padding_mask=batch.padding_mask).states[masked]
+                logits = model.mlm_logits(model.mlm_features(states)).float()
+                nll += float(F.cross_entropy(logits, batch.targets[masked], reduction="sum"))
+                correct += int((logits.argmax(-1) == batch.targets[masked]).sum())
+                count += int(masked.sum())
+        finally:
+            model.train(was_training)
+        mean = nll / max(count, 1)
+        values = {
+            "mlm_nll": mean,
+            "mlm_ppl": perplexity(mean),
+            "mlm_accuracy": correct / max(count, 1),
+            "masked": count,
+        }
+        notes = [
+            f"{self.config.masking} masking of {split} with a fixed seed; full-softmax cross-entropy per masked subword"
+        ]
+        return Metrics(
+            values,
+            selection="mlm_nll",
+            log_names={"mlm_nll": "loss", "mlm_ppl": "ppl", "mlm_accuracy": "accuracy"},
+            notes=notes,
+        )

@@ -1,0 +1,197 @@
+"""masked-lm and classification tasks: batches, resumable order, evaluation, end-to-end CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from infolm.cli.main import main
+from infolm.config import load_config
+from infolm.data.masking import IGNORE_INDEX, MLM_INPUTS, SPAN_IDS
+from infolm.tasks import TASKS
+from infolm.tasks.classification import Classification
+from infolm.tasks.masked_lm import subword_corpus
+from tests.conftest import ROOT
+
+
+def run_in_process(capsys, monkeypatch, *args: str) -> tuple[int, str]:
+    """The CLI in this process (no interpreter start-up): exit code and stderr."""
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+MLM_SETTINGS = ["task.name=masked-lm", "task.max_len=24", "task.vocab_size=300", "model.name=bert"]
+
+
+def masked_lm_task(small_corpus, tmp_path, *extra: str):
+    config = load_config(None, [*MLM_SETTINGS, f"run.dir={tmp_path}", "data.batch_size=4", *extra])
+    task = TASKS.build("masked-lm", {k: v for k, v in config.task.items() if k != "name"})
+    task.setup(config, subword_corpus(small_corpus, config, task.config))
+    return task
+
+
+def test_masked_lm_batches_mask_spans_of_the_original_rows(small_corpus, tmp_path):
+    task = masked_lm_task(small_corpus, tmp_path)
+    batch = task.train_batches().next_batch()
+    masked = batch.targets != IGNORE_INDEX
+    assert batch.inputs.size(1) <= 24 and bool(batch.padding_mask[:, 0].all())
+    assert torch.equal(batch.extras[SPAN_IDS] >= 0, masked)  # spans are exactly the masked positions
+    kept = ~masked & batch.padding_mask
+    rows = task.rows["train"].tokens
+    assert any(torch.equal(batch.inputs[0][kept[0]], r[: batch.inputs.size(1)][kept[0]]) for r in rows)
+
+
+def test_masked_lm_order_and_masks_resume_exactly(small_corpus, tmp_path):
+    task = masked_lm_task(small_corpus, tmp_path)
+    first = task.train_batches()
+    for _ in range(3):
+        first.next_batch()
+    state = first.state_dict()
+    expected = [first.next_batch() for _ in range(2)]
+    second = task.train_batches()
+    second.load_state_dict(state)
+    for want in expected:
+        got = second.next_batch()
+        assert torch.equal(got.inputs, want.inputs) and torch.equal(got.targets, want.targets)
+
+
+def test_pairs_put_a_second_sep_in_every_row(small_corpus, tmp_path):
+    task = masked_lm_task(small_corpus, tmp_path, "task.pairs=true")
+    batch = task.train_batches().next_batch()
+    assert bool(((batch.inputs == 3).sum(1) == 2).all())
+    assert batch.inputs.size(1) <= 24
+
+
+def write_cola(directory, rows):
+    path = directory / "train.tsv"
+    path.write_text("".join(f"src\t{label}\t\t{text}\n" for label, text in rows))
+    return path
+
+
+def cola_files(tmp_path):
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "dog", "sat", "ran", "on", "a", "mat", "big", "small"]
+    good = [(1, " ".join(rng.choice(words, size=5))) for _ in range(60)]
+    bad = [(0, " ".join(rng.choice(words, size=3)) + " sat sat") for _ in range(30)]
+    train = write_cola(tmp_path, good + bad)
+    test = tmp_path / "test.tsv"
+    test.write_text(train.read_text())
+    return train, test
+
+
+def test_classification_batches_and_metrics(tmp_path):
+    train, test = cola_files(tmp_path)
+    config = load_config(
+        None,
+        [
+            "task.name=classification",
+            "task.vocab_size=60",
+            "task.min_frequency=1",
+            "model.name=bert",
+            "data.name=path",
+            f"data.train={train}",
+            f"data.test={test}",
+            f"run.dir={tmp_path / 'run'}",
+            "data.batch_size=8",
+        ],
+    )
+    task = TASKS.build("classification", {k: v for k, v in config.task.items() if k != "name"})
+    task.setup(config, Classification.load_data(config))
+    assert len(task.rows["valid"]) == 9 and len(task.rows["train"]) == 81  # 10% held out
+    batch = task.train_batches().next_batch()
+    assert batch.labels is not None and batch.labels.shape == (8,)
+    masked = batch.targets != IGNORE_INDEX
+    assert torch.equal(batch.extras[MLM_INPUTS][~masked], batch.inputs[~masked])
+    assert torch.equal(batch.targets[masked], batch.inputs[masked])
+
+
+def test_pretrain_then_finetune_over_two_seeds_with_a_summary(tmp_path, capsys, monkeypatch):
+    pretrain = tmp_path / "pretrain"
+    common = ["model.dim=16", "model.layers=1", "model.heads=2", "model.ff_dim=32", "model.max_len=32"]
+    code, err = run_in_process(
+        capsys,
+        monkeypatch,
+        "train",
+        "configs/ptb/infoword.yaml",
+        f"run.dir={pretrain}",
+        "data.max_train_tokens=3000",
+        "data.max_eval_tokens=1000",
+        "task.max_len=32",
+        "task.vocab_size=400",
+        "train.max_steps=3",
+        "train.eval_every=3",
+        *common,
+    )
+    assert code == 0, err
+    assert (pretrain / "tokenizer.json").is_file()
+    code, err = run_in_process(capsys, monkeypatch, "export", str(pretrain), str(tmp_path / "hf"))
+    assert code == 0, err
+    from transformers import BertForMaskedLM
+
+    from infolm.build import load_run
+
+    _, _, encoder = load_run(pretrain)
+    tokens = torch.tensor([[2, 40, 41, 42, 3]])
+    with torch.no_grad():
+        ours = encoder.mlm_logits(encoder.mlm_features(encoder(tokens).states))
+        theirs = BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()(input_ids=tokens).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    assert (tmp_path / "hf" / "tokenizer.json").read_bytes() == (pretrain / "tokenizer.json").read_bytes()
+    train, test = cola_files(tmp_path)
+    finetune = tmp_path / "cola"
+    code, err = run_in_process(
+        capsys,
+        monkeypatch,
+        "finetune",
+        "--seeds=1,2",
+        "configs/cola/finetune-imm.yaml",
+        f"run.init_from={pretrain}",
+        f"run.dir={finetune}",
+        "data.name=path",
+        f"data.train={train}",
+        f"data.test={test}",
+        "task.max_len=32",
+        "train.epochs=1",
+        "train.max_steps=2",
+        "objective.imm-mlm.positions_per_batch=8",
+        *common,
+    )
+    assert code == 0, err
+    summary = json.loads((finetune / "summary.json").read_text())
+    assert set(summary["per_seed"]) == {"1", "2"}
+    mcc = [summary["per_seed"][s]["test"]["mcc"] for s in ("1", "2")]
+    assert abs(summary["summary"]["test"]["mcc"]["mean"] - sum(mcc) / 2) < 1e-12
+    assert abs(summary["summary"]["test"]["mcc"]["std"] - abs(mcc[0] - mcc[1]) / 2**0.5) < 1e-12
+
+
+def test_bad_cola_files_and_mismatched_runs_are_one_line_and_write_nothing(tmp_path, capsys, monkeypatch):
+    bad = tmp_path / "bad.tsv"
+    cases = {
+        "missing label column": "src\t\tThe cat sat.\n",
+        "empty sentence": "src\t1\t\t \n",
+        "label outside": "src\t2\t\tThe cat sat.\n",
+    }
+    run_dir = tmp_path / "never"
+    for expected, text in cases.items():
+        bad.write_text("src\t1\t\tA dog ran.\n" + text)
+        files = ["data.name=path", f"data.train={bad}", f"data.test={bad}", f"run.dir={run_dir}"]
+        code, err = run_in_process(capsys, monkeypatch, "train", "configs/cola/finetune-base.yaml", *files)
+        assert code != 0
+        assert len(err.strip().splitlines()) == 1 and "bad.tsv:2" in err, err
+        assert not run_dir.exists(), expected
+    good, _ = cola_files(tmp_path)
+    data = ["data.name=path", f"data.train={good}", f"data.test={good}"]
+    cases_run = {
+        "tokenizer.json": [*data, f"run.init_from={tmp_path}"],  # a directory that is no encoder run
+        "max_len": ["model.max_len=64"],  # rows of up to 128 subwords, 64 positions
+    }
+    for expected, extra in cases_run.items():
+        code, err = run_in_process(
+            capsys, monkeypatch, "train", "configs/cola/finetune-base.yaml", f"run.dir={run_dir}", *extra
+        )
+        assert code != 0 and expected in err and len(err.strip().splitlines()) == 1, err
+        assert not run_dir.exists()
