@@ -1,0 +1,110 @@
+"""Kong et al. Table 2 (CoLA column: BERT-NCE vs InfoWord) and the IMM paper's Table 3 (CoLA: fine-tuning
+alone, +MLM, +MLM+IMM) at the scale of a 2-core CPU.
+
+Pretraining (``infolm train``), same budget for every encoder (``--steps`` optimizer steps of the
+config's batch on PTB's training text):
+
+* ``bert-nce``: ``configs/ptb/bert-nce.yaml`` (MLM with in-batch negatives, span masking);
+* ``infoword-L``: ``configs/ptb/infoword.yaml`` with λ_DIM = L for each ``--lambdas`` value;
+* ``bert-mlm``: ``configs/ptb/bert-mlm.yaml`` (full-softmax MLM, token masking), for Table 3.
+
+Fine-tuning (``infolm finetune``, ``--seeds``, selection on the held-out part of CoLA's train,
+reported on CoLA's public in-domain dev set):
+
+* Table 2: ``configs/cola/finetune-base.yaml`` from ``bert-nce`` and from each ``infoword-L``;
+* Table 3: ``configs/cola/finetune-{base,mlm,imm}.yaml`` from ``--table3-encoder`` (default bert-mlm).
+
+    OMP_NUM_THREADS=1 python experiments/encoders_cola.py --out runs/encoders-cola
+
+Writes ``OUT/results.json`` (commands, wall times, every summary) and prints both tables (markdown).
+Finished runs are reused: rerunning the command continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_TABLE2 = {"BERT-NCE": 50.8, "InfoWord": 53.3}  # Kong et al. Table 2, BASE, CoLA (test, MCC x 100)
+PAPER_TABLE3 = {"base": "52.1 ± 4.0", "mlm": "55.0 ± 3.0", "imm": "60.0 ± 1.0"}  # IMM Table 3, CoLA, BERT-base
+
+
+def run(command: list[str], log: list[dict[str, Any]]) -> None:
+    print("$", shlex.join(command), flush=True)
+    start = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True)
+    log.append({"command": shlex.join(command), "wall_s": round(time.perf_counter() - start, 1)})
+
+
+def pretrain(name: str, config: str, out: Path, steps: int, extra: list[str], log: list[dict[str, Any]]) -> Path:
+    run_dir = out / "pretrain" / name
+    command = [sys.executable, "-m", "infolm", "train", config, f"run.dir={run_dir}", f"train.max_steps={steps}"]
+    run([*command, *extra], log)
+    return run_dir
+
+
+def finetune(
+    name: str, variant: str, encoder: Path, seeds: list[int], out: Path, log: list[dict[str, Any]]
+) -> dict[str, Any]:
+    run_dir = out / "finetune" / f"{name}-{variant}"
+    seed_args = ["--seeds", ",".join(map(str, seeds))]
+    command = [sys.executable, "-m", "infolm", "finetune", *seed_args, f"configs/cola/finetune-{variant}.yaml"]
+    run([*command, f"run.init_from={encoder}", f"run.dir={run_dir}"], log)
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def cell(summary: dict[str, Any], split: str) -> str:
+    stats = summary["summary"][split]["mcc"]
+    return f"{100 * stats['mean']:.1f} ± {100 * stats['std']:.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/encoders-cola")
+    parser.add_argument("--steps", type=int, default=600, help="pretraining optimizer steps of every encoder")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--lambdas", type=float, nargs="+", default=[1.0], help="λ_DIM values (paper: 0.4..1.0)")
+    parser.add_argument("--table3-encoder", default="bert-mlm", help="bert-mlm, or bert-nce to reuse it")
+    parser.add_argument("--tables", nargs="+", default=["2", "3"])
+    args = parser.parse_args()
+    out = ROOT / args.out
+    log: list[dict[str, Any]] = []
+    results: dict[str, Any] = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}", "runs": log}
+    encoders: dict[str, Path] = {}
+    if "2" in args.tables:
+        encoders["bert-nce"] = pretrain("bert-nce", "configs/ptb/bert-nce.yaml", out, args.steps, [], log)
+        for value in args.lambdas:
+            name = f"infoword-{value:g}"
+            weight = [f"objective.dim.weight={value}"]
+            encoders[name] = pretrain(name, "configs/ptb/infoword.yaml", out, args.steps, weight, log)
+        table2 = {name: finetune(name, "base", path, args.seeds, out, log) for name, path in encoders.items()}
+        results["table2"] = table2
+        print("\n| encoder | CoLA MCC valid (held out) | CoLA MCC test (public dev) | paper (test, BASE) |")
+        print("| --- | --- | --- | --- |")
+        for name, summary in table2.items():
+            paper = PAPER_TABLE2["BERT-NCE" if name == "bert-nce" else "InfoWord"]
+            print(f"| {name} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {paper} |")
+    if "3" in args.tables:
+        name = args.table3_encoder
+        if name not in encoders:
+            config = "configs/ptb/bert-mlm.yaml" if name == "bert-mlm" else "configs/ptb/bert-nce.yaml"
+            encoders[name] = pretrain(name, config, out, args.steps, [], log)
+        table3 = {v: finetune(name, v, encoders[name], args.seeds, out, log) for v in ("base", "mlm", "imm")}
+        results["table3"] = table3
+        print(f"\n| fine-tuning ({name}) | CoLA MCC valid (held out) | CoLA MCC test (public dev) | paper |")
+        print("| --- | --- | --- | --- |")
+        for variant, summary in table3.items():
+            print(f"| {variant} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {PAPER_TABLE3[variant]} |")
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
