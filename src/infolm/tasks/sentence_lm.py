@@ -180,6 +180,8 @@ class SentenceLM(Task):
     def train_batches(self, rank: int = 0, world: int = 1) -> SentenceBatches:
         assert self.corpus is not None
         sentences = self.sentences("train")
+        if self.data.batch_size < world:
+            raise InfolmError(f"data.batch_size={self.data.batch_size} sentences cannot be shared by {world} processes")
         if len(sentences) < world:
             raise InfolmError(f"the training split has {len(sentences)} sentences, fewer than the {world} processes")
         return SentenceBatches(
