@@ -177,3 +177,9 @@ def test_torchrun_trains_a_sentence_lm_on_two_ranks(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("split") == "valid"] == [4]
     assert (tmp_path / "checkpoints/best/model.safetensors").exists()
+
+
+def test_info_lists_the_tasks():
+    result = run_cli("info", "--json")
+    assert result.returncode == 0, result.stderr
+    assert {"stream-lm", "sentence-lm"} <= json.loads(result.stdout)["tasks"].keys()
