@@ -60,7 +60,9 @@ def tiny_model(name: str, vocab_size: int, **overrides):
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    # No progress lines (training prints one on stderr every 30 s when stdout is not a terminal):
+    # stderr holds only what the test looks for.
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "INFOLM_PROGRESS_SECONDS": "1e9", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "infolm", *args],
         capture_output=True,

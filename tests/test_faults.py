@@ -4,10 +4,15 @@ run cannot go on, no traceback, and nothing on disk lost."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
+import torch
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.test_cli import assert_one_line_error
 
 
@@ -51,3 +56,86 @@ def test_malformed_yaml_names_file_line_and_column(tmp_path, text, where):
     result = run_cli("train", str(config), f"run.dir={run}")
     assert_one_line_error(result, f"cannot parse config {config}: {where}: ")
     assert not run.exists() and config.read_text() == text
+
+
+def test_damaged_newest_checkpoint_resumes_from_the_newest_intact_one(tmp_path):
+    """The newest checkpoint is truncated: resume warns, keeps it aside, and ends where an uninterrupted
+    run ends."""
+    args = ("train", "configs/tiny.yaml", "train.max_steps=12", "train.checkpoint_every=4", "train.keep_checkpoints=3")
+    reference = tmp_path / "reference"
+    assert run_cli(*args, f"run.dir={reference}").returncode == 0
+    run = tmp_path / "run"
+    assert run_cli(*args[:2], "train.max_steps=8", *args[3:], f"run.dir={run}").returncode == 0
+    newest = run / "checkpoints/step-00000008"
+    weights = newest / "raw_model.safetensors"
+    weights = weights if weights.exists() else newest / "model.safetensors"
+    damaged = weights.read_bytes()[:100]
+    weights.write_bytes(damaged)
+    result = run_cli(*args, f"run.dir={run}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith(f"infolm: warning: checkpoint {newest} is damaged (")
+    assert "kept as damaged-step-00000008" in lines[0]
+    kept = run / "checkpoints/damaged-step-00000008" / weights.name
+    assert kept.read_bytes() == damaged  # never deleted
+    assert _without_timing(run) == _without_timing(reference)  # the log was cut back to step 4 and regrown
+    from safetensors.torch import load_file
+
+    a = load_file(run / "checkpoints/step-00000012/model.safetensors")
+    b = load_file(reference / "checkpoints/step-00000012/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _without_timing(run):
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed")} for r in records]
+
+
+def test_second_train_on_a_run_directory_is_refused_and_a_killed_holder_blocks_nothing(tmp_path):
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infolm",
+            "train",
+            "configs/tiny.yaml",
+            f"run.dir={run}",
+            "train.max_steps=100000",
+            "data.max_train_tokens=2000000",
+            "train.checkpoint_every=5",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "INFOLM_PROGRESS_SECONDS": "1e9"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not list((run / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
+            assert holder.poll() is None, holder.stderr.read() if holder.stderr else ""
+            time.sleep(0.5)
+        assert list((run / "checkpoints").glob("step-*")), "the first run wrote no checkpoint in time"
+        second = run_cli(
+            "train",
+            "configs/tiny.yaml",
+            f"run.dir={run}",
+            "train.max_steps=100000",
+            "data.max_train_tokens=2000000",
+            "train.checkpoint_every=5",
+        )
+        assert_one_line_error(second, f"run directory {run} is in use by another infolm process (pid {holder.pid}")
+    finally:
+        holder.kill()  # SIGKILL: the lock file stays behind, its lock does not
+        holder.wait()
+    assert (run / ".lock").exists()
+    resumed = run_cli(
+        "train",
+        "configs/tiny.yaml",
+        f"run.dir={run}",
+        "train.max_steps=5",
+        "data.max_train_tokens=2000000",
+        "train.checkpoint_every=5",
+    )
+    assert resumed.returncode == 0, resumed.stderr  # takes the stale lock at once and resumes

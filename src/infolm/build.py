@@ -5,7 +5,9 @@ The CLI calls these; the trainer never imports models or objectives.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -123,7 +125,9 @@ def check_run_dir(config: Config, run_dir: Path) -> None:
     """A run directory holding another config is an error (no file is touched)."""
     saved = run_dir / "config.yaml"
     if not saved.exists():
-        if run_dir.exists() and any(run_dir.iterdir()):
+        from infolm.training.run_lock import LOCK, OWNER
+
+        if run_dir.exists() and any(p.name not in (LOCK, OWNER) for p in run_dir.iterdir()):
             raise InfolmError(f"run directory {run_dir} is not empty and holds no infolm run (no config.yaml)")
         return
     try:
@@ -202,15 +206,20 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     if config.run.init_from:
         init_objective_state(objective, config.run.init_from)
     averager = build_averager(config, model)
-    prepare_run_dir(config, corpus, list(overrides or []))
-    task = build_task(config, corpus)
-    trainer = Trainer(config, model, objective, task, averager=averager, meta=run_meta(config, corpus))
-    try:
-        summary = trainer.fit()
-    finally:
-        from infolm.training import distributed
+    from infolm.training.run_lock import run_dir_lock
 
-        distributed.shutdown()
+    # One process per run directory (the rank-0 process under torchrun; the others write nothing).
+    with run_dir_lock(run_dir) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext():
+        check_run_dir(config, run_dir)  # again, now that no other process can write there
+        prepare_run_dir(config, corpus, list(overrides or []))
+        task = build_task(config, corpus)
+        trainer = Trainer(config, model, objective, task, averager=averager, meta=run_meta(config, corpus))
+        try:
+            summary = trainer.fit()
+        finally:
+            from infolm.training import distributed
+
+            distributed.shutdown()
     summary["run_dir"] = str(run_dir)
     summary["parameters"] = sum(p.numel() for p in model.parameters())
     return summary

@@ -282,6 +282,22 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from infolm.report import plot_curves, report, table, to_csv, to_json
+
+    runs, groups = report(args.run_dirs)
+    if args.json:
+        print(to_json(groups, runs))
+    elif args.csv:
+        print(to_csv(groups), end="")
+    else:
+        print(table(groups))
+    if not args.no_plot:
+        plot_curves(runs, args.plot)
+        sys.stderr.write(f"infolm report: learning curves in {args.plot}\n")
+    return 0
+
+
 def make_parser() -> Parser:
     from infolm import __version__
 
@@ -356,6 +372,15 @@ def make_parser() -> Parser:
     p.add_argument("--samples", type=int, default=1, help="sentences to sample (a sentence LM; a stream LM gives one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("report", help="final metrics of runs grouped by config (mean ± std over seeds), curves")
+    p.add_argument("run_dirs", nargs="+", help="run directories written by infolm train")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the groups (and their runs) as JSON")
+    out.add_argument("--csv", action="store_true", help="print the groups as CSV (mean and std columns)")
+    p.add_argument("--plot", default="learning-curves.png", help="PNG of the learning curves to write")
+    p.add_argument("--no-plot", action="store_true", help="write no PNG")
+    p.set_defaults(func=cmd_report)
 
     from infolm.sweep import add_sweep_parser
 

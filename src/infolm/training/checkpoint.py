@@ -154,3 +154,36 @@ def load_restart_state(checkpoint: Path) -> dict[str, Any] | None:
         return None
     state: dict[str, Any] = torch.load(path, weights_only=True)
     return state
+
+
+def set_aside(checkpoint: Path) -> Path:
+    """Rename a damaged checkpoint to ``damaged-<name>`` beside it: kept for inspection, never deleted,
+    and out of the way of resuming, pruning and later checkpoints of the same step."""
+    target = checkpoint.with_name(f"damaged-{checkpoint.name}")
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = checkpoint.with_name(f"damaged-{checkpoint.name}-{suffix}")
+    os.replace(checkpoint, target)
+    return target
+
+
+def newest_intact_checkpoint(run_dir: Path, model: nn.Module) -> tuple[Path, dict[str, Any]] | None:
+    """Load the newest checkpoint that reads back (training weights into ``model``, and its trainer
+    state); each newer one that does not is set aside with a warning on stderr. None if none is left."""
+    import sys
+
+    for checkpoint in reversed(list_checkpoints(run_dir)):
+        try:
+            load_weights(model, checkpoint, raw=True)
+            state = load_trainer_state(checkpoint)
+        except Exception as error:  # safetensors and torch.load raise their own types on damaged files
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            kept = set_aside(checkpoint)
+            sys.stderr.write(
+                f"infolm: warning: checkpoint {checkpoint} is damaged ({reason}); kept as {kept.name}, "
+                "resuming from the newest intact checkpoint\n"
+            )
+            continue
+        return checkpoint, state
+    return None

@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import math
 import random
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,11 +205,10 @@ class Trainer:
         )
 
     def resume(self) -> bool:
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        if latest is None:
+        found = ckpt.newest_intact_checkpoint(self.run_dir, self.model)
+        if found is None:
             return False
-        ckpt.load_weights(self.model, latest, raw=True)
-        state = ckpt.load_trainer_state(latest)
+        latest, state = found
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         self.best_valid, self.bad_evals = float(state["best_valid"]), int(state["bad_evals"])
         self.elapsed, self.done = float(state["elapsed"]), bool(state["done"])
@@ -397,8 +395,7 @@ class Trainer:
             values = self.train_step(batch)
             window_tokens += batch.num_tokens()
             if progress is not None:
-                progress.update(1)
-                progress.set_postfix(loss=f"{values['loss']:.3f}", lr=f"{values['lr']:.3g}")
+                progress.update(self.step, batch.num_tokens(), epoch=self.epoch, loss=values["loss"])
             if self._diverged:
                 if not self.divergence.config.enabled:
                     self._stop_diverged(values["loss"])
@@ -481,12 +478,12 @@ class Trainer:
         return by_epochs if max_steps is None else min(max_steps, by_epochs)
 
     def _progress(self) -> Any:
-        if not (self.config.train.progress and self.is_main and sys.stdout.isatty()):
+        """A bar on a terminal, else a line on stderr every ~30 s (``infolm/progress.py``)."""
+        if not (self.config.train.progress and self.is_main):
             return None
-        from tqdm import tqdm
+        from infolm.progress import reporter
 
-        total = self.total_steps()
-        return tqdm(total=total, initial=self.step, unit="step", dynamic_ncols=True)
+        return reporter(f"train {self.run_dir}", self.total_steps(), initial=self.step)
 
 
 def _clone(state: Any) -> Any:
