@@ -43,3 +43,23 @@ def test_training_reports_progress_on_stderr_when_stdout_is_not_a_terminal(tmp_p
     lines = result.stderr.strip().splitlines()
     pattern = r"infolm train .+: step (\d)/6 \(\d+\.\d%\), epoch 0, loss \d+\.\d{4}, [\d,]+ tokens/s(, ETA \d+s)?"
     assert [int(re.fullmatch(pattern, line).group(1)) for line in lines] == [1, 2, 3, 4, 5, 6]
+
+
+def test_long_evaluations_report_their_passes(tmp_path):
+    trained = run_cli("train", "configs/tiny.yaml", f"run.dir={tmp_path}", "train.max_steps=2", "train.eval_every=2")
+    assert trained.returncode == 0, trained.stderr
+    result = run_cli(
+        "evaluate",
+        str(tmp_path),
+        "--mc-dropout",
+        "2",
+        "--mc-tune-tokens",
+        "300",
+        "--json",
+        env={"INFOLM_PROGRESS_SECONDS": "0"},
+    )
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("infolm evaluate (MC dropout): pass 5/5 (100.0%), stage test")
+    assert [int(re.search(r"pass (\d)/5", line).group(1)) for line in lines] == [1, 2, 3, 4, 5]

@@ -31,6 +31,7 @@ from infolm.data.batching import IGNORE_INDEX
 from infolm.errors import InfolmError
 from infolm.evaluation.perplexity import stream_batches
 from infolm.models.base import LanguageModel, detach_state
+from infolm.progress import Reporter, reporter
 
 
 @dataclasses.dataclass
@@ -207,6 +208,8 @@ def tune_dynamic_eval(
     base: DynamicEvalConfig | None = None,
     grid: DynamicEvalGrid | None = None,
     device: torch.device | str | None = None,
+    progress: Reporter | None = None,
+    progress_offset: int = 0,
 ) -> tuple[DynamicEvalConfig, list[tuple[DynamicEvalConfig, float]]]:
     """Grid search of (lr, decay, epsilon, max_time_steps) on validation (Table 2.6); returns the best
     config and every trial's loss."""
@@ -217,6 +220,8 @@ def tune_dynamic_eval(
     for candidate in grid.candidates(base):
         loss = dynamic_evaluate(model, stream, eos_id, ms, candidate, device).loss
         trials.append((candidate, loss if math.isfinite(loss) else math.inf))
+        if progress is not None:
+            progress.update(progress_offset + len(trials), stage="tuning on valid")
     if not trials:
         raise InfolmError("the dynamic evaluation grid is empty")
     best = min(trials, key=lambda trial: trial[1])[0]
@@ -236,14 +241,22 @@ def run_dynamic_eval(
     "epsilon", "bptt", "trials"}`` (per-token nats).
     """
     base = base or DynamicEvalConfig()
+    grid = grid or DynamicEvalGrid()
     eos = corpus.vocab.eos_id
+    passes = 1 + len(grid.candidates(base)) + 3  # statistics, the grid, static valid, valid, test
+    progress = reporter("evaluate (dynamic)", passes, unit="pass")
     ms = gradient_statistics(
         model, corpus.stream("train"), eos, base.ms_batch_size, base.ms_bptt, base.ms_max_tokens, device
     )
-    best, trials = tune_dynamic_eval(model, corpus.stream("valid"), eos, ms, base, grid, device)
+    progress.update(1, stage="gradient statistics")
+    best, trials = tune_dynamic_eval(model, corpus.stream("valid"), eos, ms, base, grid, device, progress, 1)
     static = dynamic_evaluate(model, corpus.stream("valid"), eos, ms, dataclasses.replace(best, lr=0.0), device)
+    progress.update(passes - 2, stage="static valid")
     valid = dynamic_evaluate(model, corpus.stream("valid"), eos, ms, best, device)
+    progress.update(passes - 1, stage="valid")
     test = dynamic_evaluate(model, corpus.stream("test"), eos, ms, best, device)
+    progress.update(passes, stage="test")
+    progress.close()
     return {
         "valid_nll": valid.loss,
         "test_nll": test.loss,

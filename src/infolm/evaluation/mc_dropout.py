@@ -33,6 +33,7 @@ from infolm.data.batching import IGNORE_INDEX
 from infolm.errors import InfolmError
 from infolm.evaluation.perplexity import stream_batches
 from infolm.models.base import LanguageModel, detach_state
+from infolm.progress import reporter
 
 
 @dataclasses.dataclass
@@ -192,7 +193,10 @@ def run_mc_dropout(
     grid = grid if grid is not None else MCDropoutGrid()
     eos = corpus.vocab.eos_id
     tuning: list[dict[str, float]] = []
-    if grid.rate_scales and grid.temperatures:
+    tuned = bool(grid.rate_scales and grid.temperatures)
+    passes = (len(grid.rate_scales) if tuned else 0) + 2  # the grid on valid, then valid and test
+    progress = reporter("evaluate (MC dropout)", passes, unit="pass")
+    if tuned:
         valid_stream = corpus.stream("valid")
         if grid.max_tokens is not None:
             valid_stream = valid_stream[: grid.max_tokens]
@@ -201,10 +205,14 @@ def run_mc_dropout(
             results = mc_dropout_at_temperatures(model, valid_stream, eos, trial, grid.temperatures, device)
             for temperature, result in zip(grid.temperatures, results, strict=True):
                 tuning.append({"rate_scale": scale, "temperature": temperature, "valid_nll": result.loss})
+            progress.update(len(tuning) // len(grid.temperatures), stage="tuning on valid")
         best = min(tuning, key=lambda row: row["valid_nll"])
         config = dataclasses.replace(config, rate_scale=best["rate_scale"], temperature=best["temperature"])
     valid = mc_dropout_evaluate(model, corpus.stream("valid"), eos, config, device)
+    progress.update(passes - 1, stage="valid")
     test = mc_dropout_evaluate(model, corpus.stream("test"), eos, config, device)
+    progress.update(passes, stage="test")
+    progress.close()
     return {
         "valid_nll": valid.loss,
         "test_nll": test.loss,
