@@ -66,7 +66,7 @@ class ParamSpec:
 class SweepConfig:
     base: str  # the base training config (YAML); a relative path is read from the working directory
     dir: str  # output directory: study.db, results.csv, sensitivity.png, trial-NNNN/ run directories
-    trials: int = 20  # budget: trials to finish (completed or failed), counting earlier sessions
+    trials: int = 20  # budget: trials to finish (completed or failed), counting earlier runs of the sweep
     params: dict[str, Any] = dataclasses.field(default_factory=dict)  # dotted config key -> ParamSpec mapping
     overrides: list[str] = dataclasses.field(default_factory=list)  # fixed key=value overrides of every trial
     seed: int = 0  # seed of the sampler (TPE)
@@ -199,7 +199,7 @@ def _finished(study: Any) -> int:
 
 
 def _retry_interrupted(study: Any, sweep: SweepConfig) -> None:
-    """Trials cut off in an earlier session (left RUNNING by a kill, or FAIL without an error by an interrupt)
+    """Trials cut off in an earlier run of the sweep (left RUNNING by a kill, or FAIL without an error by an interrupt)
     are enqueued again, once, with the same parameters and run directory, so that the next trial resumes
     that run from its last checkpoint. Assumes one process per sweep."""
     from optuna.trial import TrialState
