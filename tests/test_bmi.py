@@ -260,7 +260,7 @@ def test_init_from_continues_the_discriminator_and_the_phase(tmp_path: Path) -> 
     from infolm.training.metrics import read_metrics
     from tests.conftest import run_cli
 
-    small = ["data.max_train_tokens=20000", "data.max_eval_tokens=1000", "train.log_every=1"]
+    small = ["data.max_train_tokens=5000", "data.max_eval_tokens=300", "train.log_every=1"]
     base, tuned = tmp_path / "base", tmp_path / "tuned"
     first = run_cli(
         "train", "configs/ptb/bmi-full.yaml", f"run.dir={base}", *small, "train.max_steps=4", "train.eval_every=4",
