@@ -11,7 +11,8 @@ curve's frontier and writes ``OUT/<figure>/pareto.{csv,png}``; the PNGs are copi
 
     OMP_NUM_THREADS=1 python experiments/thesis_fig5_synthetic.py --out runs/thesis-fig5-synthetic
 
-Reruns skip finished runs (the trainer resumes cut-off ones). ``OUT/summary.json`` has every point,
+Reruns skip finished runs (the trainer resumes cut-off ones). ``OUT/summary.json`` (with
+``--figures``: ``OUT/summary-<figures>.json``) has every point,
 the command of every run and its wall time. No point's NLL may lie below ln 1,000 = 6.9078 (beyond
 Monte Carlo error): the split holds every symbol once, so its mean NLL is an expectation that
 Gibbs' inequality bounds by the entropy.
@@ -65,6 +66,9 @@ FIGURES = {
 }
 
 
+DEFAULT_FIGURES = ["fig5_3_continuous", "fig5_6_discrete"]
+
+
 def slug(text: str) -> str:
     return text.lower().replace(" ", "-").replace("é", "e")
 
@@ -99,7 +103,7 @@ def main() -> None:
     parser.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.3, 0.5, 0.65, 0.8, 0.95])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--figures", nargs="+", default=["fig5_3_continuous", "fig5_6_discrete"], choices=list(FIGURES))
+    parser.add_argument("--figures", nargs="+", default=DEFAULT_FIGURES, choices=list(FIGURES))
     parser.add_argument("--docs-img", default="docs/img", help="where the PNGs are copied ('' : nowhere)")
     args = parser.parse_args()
     out = Path(args.out)
@@ -128,7 +132,8 @@ def main() -> None:
         log = Path(record["run"]) / "metrics.jsonl"
         last = [json.loads(line) for line in log.read_text().splitlines() if '"mi"' in line][-1]
         record.update(nll=last["loss"], mi=last["mi"], kl=last.get("kl"))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    name = "summary.json" if args.figures == DEFAULT_FIGURES else f"summary-{'-'.join(args.figures)}.json"
+    (out / name).write_text(json.dumps(summary, indent=1))
     for r in summary["runs"]:
         point = f"NLL {r['nll']:.4f}  MI {r['mi']:.3f}  KL {r['kl']:.3f}"
         print(f"{r['figure']:18s} {r['curve']:16s} λ={r['lam']:<5g} {point}")
