@@ -70,7 +70,7 @@ DEFAULT_FIGURES = ["fig5_3_continuous", "fig5_6_discrete"]
 
 
 def slug(text: str) -> str:
-    return text.lower().replace(" ", "-").replace("é", "e")
+    return text.lower().replace(" ", "-").replace("/", "-").replace("é", "e")
 
 
 def run_point(base: Path, objective: dict, run_dir: Path, steps: int, seed: int) -> tuple[list[str], float]:

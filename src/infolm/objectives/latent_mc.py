@@ -41,7 +41,10 @@ class MonteCarloConfig:
     weight: float = 1.0  # multiplier of this term in the Composite
     estimator: str = "dreg"  # elbo | iwae | stl | dreg (continuous latents) | reinforce | vimco (any latents)
     samples: int = 16  # K: draws for the ln p(x) term (thesis: 1, 16, 64)
-    mi_samples: int | None = None  # draws for the MI term (None: the same K draws; Figs. 5.4, 5.7: 16/1, 1/16)
+    mi_samples: int | None = None  # draws for the MI term (None: the same K draws; Figs. 5.4, 5.7: 16/1, 1/16).
+    # Fewer MI draws than likelihood draws (16/1) with Gaussian latents makes mi-kl unbounded above for
+    # λ > ~0.012: as one posterior variance grows, one draw's ln q/p outgrows the 16-draw IWAE penalty
+    # (docs/results.md, Fig. 5.4 at CPU scale)
 
     def check(self, where: str) -> None:
         if self.estimator not in ESTIMATORS:
