@@ -23,8 +23,6 @@ from infolm.training import Trainer
 from infolm.training.metrics import read_metrics
 from tests.conftest import ROOT, run_cli
 
-TASK_NAMES = TASKS.names()
-
 # A small model, a training term and an optimizer for every model protocol a task may serve (a task
 # serving a new protocol adds a line), and task settings that keep evaluation cheap.
 SMALL = {
@@ -40,6 +38,11 @@ SMALL = {
     },
 }
 CHEAP = {"sentence-latent": {"valid_samples": 2, "test_samples": 2, "chunk": 2}}
+
+# Tasks of the protocols above. The encoder tasks (masked-lm, classification) train on WordPiece data
+# that these tests do not build yet; tests/test_encoder_tasks.py checks their batches, resumption and
+# a run end to end.
+TASK_NAMES = [n for n in TASKS.names() if TASKS.get(n).factory.serves & set(SMALL)]
 
 
 def small_sections(name):
