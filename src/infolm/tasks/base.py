@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -171,6 +172,57 @@ def set_numpy_rng_state(rng: np.random.Generator, state: dict[str, Any]) -> None
     restored = dict(state)
     restored["state"] = {k: int(v) for k, v in state["state"].items()}
     rng.bit_generator.state = restored
+
+
+class ShuffledBatches:
+    """Rows shuffled each epoch into batches of ``batch_size``; rank ``rank`` takes rows
+    ``rank::world`` of each batch, and ``make(rows, rng)`` builds the batch with a generator seeded by
+    (seed, epoch, position, rank), so a batch's random choices (masks) do not depend on what came
+    before. Resumable: the state is the random state at the epoch's start and the position."""
+
+    def __init__(
+        self,
+        count: int,
+        make: Callable[[np.ndarray, np.random.Generator], Batch],
+        batch_size: int,
+        seed: int,
+        rank: int,
+        world: int,
+    ) -> None:
+        self.count, self.make = count, make
+        self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
+        self.rng = np.random.default_rng(seed)
+        self.epoch = 0
+        self._start_epoch()
+
+    def _start_epoch(self) -> None:
+        self.epoch_start = numpy_rng_state(self.rng)
+        order = self.rng.permutation(self.count)
+        self.order = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        self.order = [b for b in self.order if len(b) >= self.world]
+        self.position = 0
+
+    def next_batch(self) -> Batch | None:
+        if self.position >= len(self.order):
+            self.epoch += 1
+            self._start_epoch()
+            return None
+        rows = self.order[self.position][self.rank :: self.world]
+        rng = np.random.default_rng([self.seed, self.epoch, self.position, self.rank])
+        self.position += 1
+        return self.make(rows, rng)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "epoch": self.epoch, "rng": self.epoch_start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_numpy_rng_state(self.rng, state["rng"])
+        self.epoch = int(state["epoch"])
+        self._start_epoch()
+        self.position = int(state["position"])
 
 
 def perplexity(nll: float) -> float:

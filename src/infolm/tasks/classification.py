@@ -31,7 +31,7 @@ from infolm.data.subwords import CLS_ID, SEP_ID, EncoderData, SubwordSentences
 from infolm.data.wordpiece import WordPiece, WordPieceConfig
 from infolm.errors import InfolmError
 from infolm.evaluation.classification import accuracy, matthews_corrcoef
-from infolm.tasks.base import Metrics, Task, numpy_rng_state, register_task, set_numpy_rng_state
+from infolm.tasks.base import Metrics, ShuffledBatches, Task, register_task
 from infolm.tasks.wordpiece_run import corpus_lines, run_tokenizer, save_tokenizer
 
 EVAL_NOTE = "mcc: Matthews correlation (CoLA's metric); valid is held out of train, test is CoLA's public dev set"
@@ -101,46 +101,6 @@ def background_text(
     return lambda: SubwordSentences.from_ids(tokenizer.encode(corpus_lines(load_corpus(data), "train")))
 
 
-class LabelledBatches:
-    """Shuffled sentences each epoch; a masked copy per batch from a generator seeded by (seed, epoch,
-    position); rank ``rank`` takes rows ``rank::world``. Resumable like the other tasks' batches."""
-
-    def __init__(self, task: Classification, batch_size: int, seed: int, rank: int, world: int) -> None:
-        self.task, self.batch_size, self.seed, self.rank, self.world = task, batch_size, seed, rank, world
-        self.rng = np.random.default_rng(seed)
-        self.epoch = 0
-        self._start_epoch()
-
-    def _start_epoch(self) -> None:
-        self.epoch_start = numpy_rng_state(self.rng)
-        order = self.rng.permutation(len(self.task.rows["train"]))
-        self.order = [b for b in (order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size))]
-        self.order = [b for b in self.order if len(b) >= self.world]
-        self.position = 0
-
-    def next_batch(self) -> Batch | None:
-        if self.position >= len(self.order):
-            self.epoch += 1
-            self._start_epoch()
-            return None
-        rows = self.order[self.position][self.rank :: self.world]
-        rng = np.random.default_rng([self.seed, self.epoch, self.position, self.rank])
-        self.position += 1
-        return self.task.batch("train", rows, rng)
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position, "epoch": self.epoch, "rng": self.epoch_start}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_numpy_rng_state(self.rng, state["rng"])
-        self.epoch = int(state["epoch"])
-        self._start_epoch()
-        self.position = int(state["position"])
-
-
 @register_task("classification", config=ClassificationConfig)
 class Classification(Task):
     """Sentence classification (CoLA) for encoders: Matthews correlation selects checkpoints."""
@@ -202,12 +162,19 @@ class Classification(Task):
             batch.extras[MLM_INPUTS] = masked.inputs
         return batch
 
-    def train_batches(self, rank: int = 0, world: int = 1) -> LabelledBatches:
+    def train_batches(self, rank: int = 0, world: int = 1) -> ShuffledBatches:
         if len(self.rows["train"]) < world:
             raise InfolmError(
                 f"the training split has {len(self.rows['train'])} sentences, fewer than the {world} processes"
             )
-        return LabelledBatches(self, self.data.batch_size, self.seed, rank, world)
+        return ShuffledBatches(
+            len(self.rows["train"]),
+            lambda rows, rng: self.batch("train", rows, rng),
+            self.data.batch_size,
+            self.seed,
+            rank,
+            world,
+        )
 
     @torch.no_grad()
     def predict(self, model: Any, split: str, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -26,7 +26,7 @@ from infolm.data.masking import IGNORE_INDEX, SPAN_IDS, SpanLaw, mask_batch, spa
 from infolm.data.subwords import CLS_ID, PAD_ID, SEP_ID, EncoderData, SubwordSentences
 from infolm.data.wordpiece import WordPieceConfig
 from infolm.errors import InfolmError
-from infolm.tasks.base import Metrics, Task, numpy_rng_state, perplexity, register_task, set_numpy_rng_state
+from infolm.tasks.base import Metrics, ShuffledBatches, Task, perplexity, register_task
 from infolm.tasks.wordpiece_run import corpus_lines, run_tokenizer, save_tokenizer
 
 SCHEMES = ("span", "token")
@@ -153,50 +153,6 @@ def subword_corpus(corpus: Any, config: Config, settings: MaskedLMConfig) -> Enc
     return EncoderData.of(tokenizer, sentences)
 
 
-class MaskedBatches:
-    """Shuffled rows, masked afresh per batch; rank ``rank`` takes rows ``rank::world``. Resumable: the
-    state is the random state at the epoch's start and the position; batch p of an epoch is masked with
-    a generator seeded by (seed, epoch, p)."""
-
-    def __init__(
-        self, rows: Rows, config: MaskedLMConfig, vocab_size: int, batch_size: int, seed: int, rank: int, world: int
-    ) -> None:
-        self.rows, self.config, self.vocab_size = rows, config, vocab_size
-        self.batch_size, self.seed, self.rank, self.world = batch_size, seed, rank, world
-        self.rng = np.random.default_rng(seed)
-        self.epoch = 0
-        self._start_epoch()
-
-    def _start_epoch(self) -> None:
-        self.epoch_start = numpy_rng_state(self.rng)
-        order = self.rng.permutation(len(self.rows))
-        self.order = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        self.order = [b for b in self.order if len(b) >= self.world]
-        self.position = 0
-
-    def next_batch(self) -> Batch | None:
-        if self.position >= len(self.order):
-            self.epoch += 1
-            self._start_epoch()
-            return None
-        rows = self.order[self.position][self.rank :: self.world]
-        rng = np.random.default_rng([self.seed, self.epoch, self.position, self.rank])
-        self.position += 1
-        return masked_rows(self.rows, rows, self.config, self.vocab_size, rng)
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position, "epoch": self.epoch, "rng": self.epoch_start}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_numpy_rng_state(self.rng, state["rng"])
-        self.epoch = int(state["epoch"])
-        self._start_epoch()
-        self.position = int(state["position"])
-
-
 @register_task("masked-lm", config=MaskedLMConfig)
 class MaskedLM(Task):
     """Masked-LM pretraining of an encoder over WordPiece rows of the training text."""
@@ -236,11 +192,18 @@ class MaskedLM(Task):
             for split, part in data.sentences.items()
         }
 
-    def train_batches(self, rank: int = 0, world: int = 1) -> MaskedBatches:
+    def train_batches(self, rank: int = 0, world: int = 1) -> ShuffledBatches:
         rows = self.rows["train"]
         if len(rows) < world:
             raise InfolmError(f"the training split has {len(rows)} rows, fewer than the {world} processes")
-        return MaskedBatches(rows, self.config, self.vocab_size, self.data.batch_size, self.seed, rank, world)
+        return ShuffledBatches(
+            len(rows),
+            lambda index, rng: masked_rows(rows, index, self.config, self.vocab_size, rng),
+            self.data.batch_size,
+            self.seed,
+            rank,
+            world,
+        )
 
     @torch.no_grad()
     def evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:
