@@ -1,0 +1,366 @@
+"""IMM Table 2 (Muneeb & Ohannessian) at convergence, CPU scale: baseline, then MLE / noising / IMM.
+
+The paper's protocol: a baseline LSTM trained to convergence, then continued from that checkpoint
+with each objective of Table 2, each again to convergence; valid and test perplexity, and the test
+perplexity of each model's induced bigram (Table 1). Per seed:
+
+* ``baseline``         ``configs/ptb/imm-table2-cpu.yaml`` to early stopping;
+* ``none``             ``configs/ptb/imm-table2-cpu-continue.yaml`` from the baseline's best weights (MLE);
+* ``noising``          the same with Xie et al.'s KN-bigram noising in place of MLE;
+* ``imm``              the same with MLE + IMM, the faithful default (fresh samples at every position);
+* ``imm-positions-8``  IMM on 8 positions drawn per batch (the opt-in approximation; same expected gradient).
+
+``train`` runs the arms ``--jobs`` at a time (a seed's continuations start when its baseline ends),
+stops whatever still trains at ``--deadline-s`` minus ``--eval-reserve-s`` (such a run is reported as
+cut, never as converged) and scores every run; ``table`` rebuilds the table, the overhead per epoch
+and the learning curves from the run directories alone::
+
+    OMP_NUM_THREADS=1 python experiments/imm_ptb_table2_converged.py train --out runs/imm-ptb-table2-converged \
+        --seeds 0 1 2 --jobs 2
+    python experiments/imm_ptb_table2_converged.py table --out runs/imm-ptb-table2-converged \
+        --png docs/img/imm_ptb_table2_converged.png
+
+Rerunning ``train`` resumes the runs that were cut (``infolm train`` resumes a run directory) and
+skips the runs and scores that are complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = "configs/ptb/imm-table2-cpu.yaml"
+CONTINUE = "configs/ptb/imm-table2-cpu-continue.yaml"
+IMM = "objective.imm={weight: 0.2, k: 10, j: 5, restricted_order: 2, sample_chunk: 10}"
+ARMS: dict[str, list[str]] = {
+    "none": [],
+    "noising": ["objective={noising: {weight: 1.0, gamma0: 0.2, mode: bigram-kn}}"],
+    "imm": [IMM],
+    "imm-positions-8": [IMM, "objective.imm.positions_per_batch=8"],
+}
+# Table 2 (valid / test perplexity, 2x1500 LSTM) and Table 1 (induced bigram, test perplexity)
+PAPER = {
+    "baseline": None,
+    "none": (81.6, 77.5, 309.56),
+    "noising": (76.7, 73.9, None),
+    "imm": (76.0, 73.3, 278.48),
+    "imm-positions-8": None,
+}
+
+
+@dataclass
+class Job:
+    name: str  # arm-sSEED
+    arm: str
+    seed: int
+    command: list[str]
+    after: str | None = None  # the job whose run must have ended by itself first
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def train_command(out: Path, arm: str, seed: int, extra: list[str]) -> list[str]:
+    run = out / f"{arm}-s{seed}"
+    if arm == "baseline":
+        config, overrides = BASELINE, []
+    else:
+        config, overrides = CONTINUE, [f"run.init_from={out / f'baseline-s{seed}'}", *ARMS[arm]]
+    return [
+        sys.executable,
+        "-m",
+        "infolm",
+        "train",
+        config,
+        f"run.dir={run}",
+        f"run.seed={seed}",
+        *overrides,
+        *extra,
+        "--json",
+    ]
+
+
+def finished(run: Path) -> bool:
+    """A run that ended by itself (early stopping or its epoch budget): its summary was written."""
+    return (run / "train-summary.json").is_file()
+
+
+def run_jobs(jobs: list[Job], slots: int, deadline: float, out: Path, log: Path) -> None:
+    """Run ``jobs`` ``slots`` at a time in dependency order; terminate what runs at ``deadline``."""
+    pending = [job for job in jobs if not finished(out / job.name)]
+    running: list[Job] = []
+    while pending or running:
+        for job in list(running):
+            assert job.process is not None
+            if job.process.poll() is None:
+                continue
+            running.remove(job)
+            job.record.update(rc=job.process.returncode, wall_s=round(time.time() - job.started, 1))
+            stdout = (out / f"{job.name}.train.out").read_text().strip().splitlines()
+            if job.process.returncode == 0 and stdout:
+                (out / job.name / "train-summary.json").write_text(stdout[-1] + "\n")
+            with log.open("a") as handle:
+                handle.write(json.dumps(job.record) + "\n")
+        if time.time() >= deadline:
+            for job in running:
+                assert job.process is not None
+                job.process.terminate()
+            for job in running:
+                assert job.process is not None
+                try:
+                    job.process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    job.process.kill()
+                    job.process.wait()
+                job.record.update(rc="cut at the deadline", wall_s=round(time.time() - job.started, 1))
+                with log.open("a") as handle:
+                    handle.write(json.dumps(job.record) + "\n")
+            return
+        active = {job.name for job in running} | {job.name for job in pending}
+        for job in [job for job in pending if job.after is not None and not finished(out / job.after)]:
+            if job.after not in active:  # its baseline failed or was cut: nothing to continue from
+                print(f"skipping {job.name}: {job.after} did not end by itself", file=sys.stderr)
+                pending.remove(job)
+        ready = [job for job in pending if job.after is None or finished(out / job.after)]
+        while ready and len(running) < slots:
+            job = ready.pop(0)
+            pending.remove(job)
+            job.started = time.time()
+            job.record = {"run": job.name, "arm": job.arm, "seed": job.seed, "command": " ".join(job.command)}
+            with (
+                (out / f"{job.name}.train.out").open("wb") as stdout,
+                (out / f"{job.name}.train.err").open("wb") as err,
+            ):
+                job.process = subprocess.Popen(job.command, cwd=ROOT, stdout=stdout, stderr=err)
+            running.append(job)
+        time.sleep(1.0)
+
+
+def score_commands(out: Path, name: str, induced_tokens: int) -> list[tuple[Path, list[str]]]:
+    run = out / name
+    base = [sys.executable, "-m", "infolm", "evaluate", str(run), "--full-splits", "--json"]
+    induced = ["--induced-ngram", "2"] + (["--induced-max-train-tokens", str(induced_tokens)] if induced_tokens else [])
+    return [
+        (run / "eval-valid.json", [*base, "--split", "valid"]),
+        (run / "eval-test.json", [*base, "--split", "test", *induced]),
+    ]
+
+
+def score_runs(out: Path, names: list[str], slots: int, deadline: float, induced_tokens: int) -> None:
+    queue = [
+        (path, command)
+        for name in names
+        if (out / name / "checkpoints").is_dir()
+        for path, command in score_commands(out, name, induced_tokens)
+        if not path.is_file() or (out / name / "train-summary.json").stat().st_mtime > path.stat().st_mtime
+    ]
+    running: list[tuple[Path, subprocess.Popen[bytes]]] = []
+    while queue or running:
+        for path, process in list(running):
+            if process.poll() is None:
+                continue
+            running.remove((path, process))
+            output = process.stdout.read().decode() if process.stdout else ""
+            if process.returncode == 0:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(output)
+                tmp.replace(path)
+            else:
+                print(
+                    f"scoring {path} failed: {process.stderr.read().decode() if process.stderr else ''}",
+                    file=sys.stderr,
+                )
+        if time.time() >= deadline:
+            for _, process in running:
+                process.kill()
+            return
+        while queue and len(running) < slots:
+            path, command = queue.pop(0)
+            running.append((path, subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+        time.sleep(0.5)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    deadline = start + args.deadline_s if args.deadline_s else math.inf
+    jobs: list[Job] = []
+    for seed in args.seeds:
+        jobs.append(Job(f"baseline-s{seed}", "baseline", seed, train_command(out, "baseline", seed, args.set)))
+    for seed in args.seeds:
+        for arm in args.arms:
+            command = train_command(out, arm, seed, args.set)
+            jobs.append(Job(f"{arm}-s{seed}", arm, seed, command, after=f"baseline-s{seed}"))
+    machine = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    try:
+        import torch
+
+        machine["torch"] = torch.__version__
+        machine["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        pass
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    with (out / "calls.jsonl").open("a") as handle:
+        handle.write(json.dumps({"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine}) + "\n")
+    run_jobs(jobs, args.jobs, deadline - args.eval_reserve_s, out, out / "jobs.jsonl")
+    score_runs(out, [job.name for job in jobs], args.jobs, deadline, args.induced_max_train_tokens)
+    print(f"done in {time.time() - start:.0f} s", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------------------
+# The table, from the run directories alone
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def run_numbers(run: Path) -> dict[str, Any] | None:
+    if not (run / "metrics.jsonl").is_file():
+        return None
+    records = read_jsonl(run / "metrics.jsonl")
+    evals = [r for r in records if r.get("split") == "valid"]
+    steps = [r for r in records if "elapsed" in r and r.get("split") is None]
+    valid = json.loads((run / "eval-valid.json").read_text()) if (run / "eval-valid.json").is_file() else {}
+    test = json.loads((run / "eval-test.json").read_text()) if (run / "eval-test.json").is_file() else {}
+    epochs = evals[-1]["epoch"] if evals else 0
+    elapsed = steps[-1]["elapsed"] if steps else None
+    return {
+        "finished": finished(run),
+        "epochs": len(evals),
+        "valid_curve": [math.exp(r["loss"]) for r in evals],
+        "valid_ppl": valid.get("ppl"),
+        "test_ppl": test.get("ppl"),
+        "induced_test_ppl": test.get("induced", {}).get("test", {}).get("induced_ppl"),
+        "kn_test_ppl": test.get("induced", {}).get("test", {}).get("kn_ppl"),
+        "seconds_per_epoch": elapsed / max(len(evals), 1) if elapsed is not None and epochs else None,
+    }
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    arms = ["baseline", *ARMS]
+    numbers: dict[str, list[tuple[int, dict[str, Any]]]] = {arm: [] for arm in arms}
+    for run in sorted(out.iterdir()):
+        if not run.is_dir() or "-s" not in run.name:
+            continue
+        arm, seed = run.name.rsplit("-s", 1)
+        found = run_numbers(run)
+        if arm in numbers and found is not None:
+            numbers[arm].append((int(seed), found))
+    base_epoch = {seed: found["seconds_per_epoch"] for seed, found in numbers["baseline"] if found["seconds_per_epoch"]}
+    lines = [
+        "| arm | seeds (converged / cut) | epochs | valid ppl | test ppl | induced bigram, test ppl | "
+        "wall per epoch / baseline's | paper valid / test / induced |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for arm in arms:
+        rows = [found for _, found in numbers[arm]]
+        if not rows:
+            continue
+        done = [found for found in rows if found["finished"]]
+        ratios = [
+            found["seconds_per_epoch"] / base_epoch[seed]
+            for seed, found in numbers[arm]
+            if found["seconds_per_epoch"] and base_epoch.get(seed)
+        ]
+        paper = PAPER.get(arm)
+        paper_cell = " / ".join("–" if x is None else f"{x}" for x in paper) if paper else "–"
+        lines.append(
+            f"| {arm} | {len(done)} / {len(rows) - len(done)} | "
+            f"{mean_std([float(found['epochs']) for found in rows])} | "
+            f"{mean_std([found['valid_ppl'] for found in rows if found['valid_ppl']])} | "
+            f"{mean_std([found['test_ppl'] for found in rows if found['test_ppl']])} | "
+            f"{mean_std([found['induced_test_ppl'] for found in rows if found['induced_test_ppl']])} | "
+            f"{mean_std(ratios) if arm != 'baseline' else '1'} | {paper_cell} |"
+        )
+    print("\n".join(lines))
+    per_seed = {arm: {seed: found for seed, found in numbers[arm]} for arm in arms}
+    print("\nper seed, test ppl (valid ppl):")
+    for arm in arms:
+        cells = [
+            f"s{seed} {found['test_ppl']:.2f} ({found['valid_ppl']:.2f}){'' if found['finished'] else ' cut'}"
+            for seed, found in sorted(per_seed[arm].items())
+            if found["test_ppl"] and found["valid_ppl"]
+        ]
+        if cells:
+            print(f"  {arm}: " + ", ".join(cells))
+    if args.png:
+        plot(per_seed, Path(args.png))
+
+
+def plot(per_seed: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
+    from infolm.evaluation.plots import new_figure, save_figure
+
+    fig, (axis,) = new_figure()
+    colors = {
+        "baseline": "black",
+        "none": "tab:blue",
+        "noising": "tab:orange",
+        "imm": "tab:green",
+        "imm-positions-8": "tab:red",
+    }
+    for arm, runs in per_seed.items():
+        for index, (seed, found) in enumerate(sorted(runs.items())):
+            start = 0 if arm == "baseline" else len(per_seed["baseline"].get(seed, {}).get("valid_curve", []))
+            curve = found["valid_curve"]
+            axis.plot(
+                range(start + 1, start + len(curve) + 1),
+                curve,
+                color=colors.get(arm, "grey"),
+                label=arm if index == 0 else None,
+                linewidth=1,
+            )
+    axis.set_xlabel("epoch")
+    axis.set_ylabel("validation perplexity")
+    axis.set_yscale("log")
+    axis.legend()
+    axis.set_title("IMM Table 2 protocol, 2x200 LSTM, PTB")
+    save_figure(fig, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train and score every arm")
+    p.add_argument("--out", default="runs/imm-ptb-table2-converged")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    p.add_argument("--deadline-s", type=float, default=0, help="stop everything after this many seconds (0: never)")
+    p.add_argument("--eval-reserve-s", type=float, default=0, help="seconds before the deadline kept for scoring")
+    p.add_argument(
+        "--induced-max-train-tokens", type=int, default=0, help="induced bigram from this many train tokens (0: all)"
+    )
+    p.add_argument("--set", nargs="*", default=[], help="overrides for every run (e.g. a smoke budget)")
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("table", help="the table, the overheads and the curves from the run directories")
+    p.add_argument("--out", default="runs/imm-ptb-table2-converged")
+    p.add_argument("--png", default="", help="write the validation curves here")
+    p.set_defaults(func=cmd_table)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
