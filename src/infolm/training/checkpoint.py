@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 CHECKPOINTS = "checkpoints"
@@ -70,10 +71,10 @@ def save_checkpoint(
 
     def write(tmp: Path) -> None:
         if eval_model is not None:
-            save_model(eval_model, str(tmp / "model.safetensors"))
-            save_model(model, str(tmp / "raw_model.safetensors"))
+            save_weights(eval_model, str(tmp / "model.safetensors"))
+            save_weights(model, str(tmp / "raw_model.safetensors"))
         else:
-            save_model(model, str(tmp / "model.safetensors"))
+            save_weights(model, str(tmp / "model.safetensors"))
         torch.save(trainer_state, tmp / "trainer.pt")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
 
@@ -100,11 +101,11 @@ def save_best(
     (``raw_model``, with averaging) and ``restart.pt`` (optimizer, averager and objective state)."""
 
     def write(tmp: Path) -> None:
-        save_model(model, str(tmp / "model.safetensors"))
+        save_weights(model, str(tmp / "model.safetensors"))
         if objective_state is not None:
             torch.save(objective_state, tmp / OBJECTIVE)
         if raw_model is not None:
-            save_model(raw_model, str(tmp / "raw_model.safetensors"))
+            save_weights(raw_model, str(tmp / "raw_model.safetensors"))
         if restart_state is not None:
             torch.save(restart_state, tmp / RESTART)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
@@ -124,11 +125,47 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def save_weights(model: nn.Module, path: str | Path) -> None:
+    """``model``'s state dict as safetensors, each tensor once: a tensor that another name already holds
+    (tied weights) is written once and the other name is recorded in the metadata (``alias: kept``, the
+    layout of safetensors' ``save_model``). Each tensor is written from its own copy: cuDNN's LSTM keeps
+    its weights as views of one flat buffer on the GPU, which safetensors refuses to write as they are."""
+    tensors: dict[str, torch.Tensor] = {}
+    metadata = {"format": "pt"}
+    kept: dict[tuple[Any, ...], str] = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.device, tensor.dtype, tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        if tensor.numel() and key in kept:
+            metadata[name] = kept[key]
+            continue
+        kept[key] = name
+        tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
+    save_file(tensors, str(path), metadata=metadata)
+
+
+def load_weights_file(model: nn.Module, path: str | Path) -> list[str]:
+    """Load a file of :func:`save_weights` (or of safetensors' ``save_model``) into ``model``, on whatever
+    device it is; returns the names the file lacks. A name the model does not have is an error."""
+    state = load_file(str(path))
+    with safe_open(str(path), framework="pt") as handle:
+        aliases = handle.metadata() or {}
+    for alias, kept in aliases.items():
+        if alias != "format" and kept in state:
+            state[alias] = state[kept]
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected:
+        raise RuntimeError(f"unexpected weights: {unexpected[:3]}")
+    return list(missing)
+
+
 def load_weights(model: nn.Module, checkpoint: Path, raw: bool = False) -> None:
     name = "raw_model.safetensors" if raw and (checkpoint / "raw_model.safetensors").exists() else "model.safetensors"
-    missing, unexpected = load_model(model, str(checkpoint / name), strict=False)
-    if unexpected:
-        raise RuntimeError(f"checkpoint {checkpoint} has unexpected weights: {unexpected[:3]}")
+    try:
+        load_weights_file(model, checkpoint / name)
+    except RuntimeError as error:
+        if str(error).startswith("unexpected weights"):
+            raise RuntimeError(f"checkpoint {checkpoint} has {error}") from None
+        raise
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
