@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Melis thesis tasks at CPU scale: character-level runs (bits per character) on ptb-char and Tiny Shakespeare, and
-# the reverse copy task, each with an LSTM and a Mogrifier cell of equal parameter count, one seed.
+# the reverse copy task (an encoder-decoder, Sec. 2.3.3), each with an LSTM and a Mogrifier cell of equal parameter
+# count, one seed.
 #   bash experiments/melis_char_and_copy.sh char    # 4 runs, then valid / test bpc of each
-#   bash experiments/melis_char_and_copy.sh copy    # writes the copy-task files, 2 runs, then valid / test loss
-#   bash experiments/melis_char_and_copy.sh copy10  # the same with lines of 10 symbols (configs/copy/*.yaml + overrides)
+#   bash experiments/melis_char_and_copy.sh copy    # writes the copy-task files, 2 runs, then valid / test nats per
+#                                                   # copied symbol and greedy-copy accuracy
+#   bash experiments/melis_char_and_copy.sh copy10  # the same with 10 symbols (configs/copy/*.yaml + data overrides)
 # Every command's JSON result and wall time go to runs/melis-char-and-copy/<run>.<step>.json; rerunning skips what is
 # done (training resumes from its last checkpoint).
 set -euo pipefail
@@ -65,7 +67,7 @@ case "${1:-}" in
     fi
     for cell in lstm mogrifier; do
       run_config "configs/copy/reverse-20-$cell.yaml" "reverse-10-$cell" "data.train=$data/train.txt" \
-        "data.valid=$data/valid.txt" "data.test=$data/test.txt" data.bptt=22
+        "data.valid=$data/valid.txt" "data.test=$data/test.txt"
     done
     ;;
   *)

@@ -91,6 +91,63 @@ def _apply(x: Tensor, mask: Tensor | None) -> Tensor:
     return x if mask is None else x * mask
 
 
+def make_cell(config: MelisConfig, input_size: int) -> nn.Module:
+    """One recurrent cell of ``config.cell`` reading ``input_size`` features (hidden size ``config.hidden``)."""
+    if config.cell == "lstm":
+        return LSTMCell(input_size, config.hidden, config.capped_input_gate, config.backend)
+    if config.cell == "mogrifier":
+        return MogrifierLSTMCell(
+            input_size, config.hidden, config.rounds, config.rank, config.capped_input_gate, config.backend
+        )
+    rounds = config.rounds if config.cell == "mogrifier_rlstm" else 0
+    return RLSTMCell(input_size, config.hidden, config.backend, rounds, config.rank)
+
+
+def make_cells(config: MelisConfig, emb: int) -> nn.ModuleList:
+    """``config.layers`` cells, the first reading embeddings of size ``emb`` (chrono init when set, Sec. 4.4)."""
+    cells = nn.ModuleList(make_cell(config, emb if layer == 0 else config.hidden) for layer in range(config.layers))
+    if config.chrono_t_max > 0.0:
+        for cell in cells:
+            cast(RecurrentCell, cell).chrono_init_(config.chrono_t_max)
+    return cells
+
+
+def run_cells(
+    cells: nn.ModuleList, x: Tensor, state: State, config: MelisConfig, training: bool
+) -> tuple[Tensor, list[Tensor], list[Tensor], list[tuple[Tensor, Tensor]]]:
+    """The stack of Sec. 4.2 over embeddings ``x (B, T, E)`` from ``state`` (per layer ``(h, c)``), with its
+    dropouts when ``training``: returns the softmax input (after M^out), ``hiddens`` (the input of each next
+    layer; the last entry is the softmax input), ``raw_hiddens`` (each cell's output ``h^l``) and the state after
+    the last step."""
+    locked = config.locked_masks
+    if training:
+        x = _apply(x, dropout_mask(x, config.dropout_input, locked))  # M^in
+    raw_hiddens: list[Tensor] = []
+    hiddens: list[Tensor] = []
+    new_state = []
+    stream: Tensor | None = None  # sum of the dropped cell outputs so far
+    for cell, layer_state in zip(cells, state):
+        state_mask = None
+        if training and config.dropout_state > 0.0:
+            state_mask = x.new_empty(x.size(0), config.hidden).bernoulli_(1.0 - config.dropout_state)
+            state_mask.div_(1.0 - config.dropout_state)  # M^state,l: (B, H), fixed over time
+        h, layer_state = cell(x, tuple(layer_state), state_mask)  # (B, T, H)
+        raw_hiddens.append(h)
+        new_state.append(layer_state)
+        if training:
+            h = _apply(h, dropout_mask(h, config.dropout_cell, locked))  # x^l = h^l * M^cell,l
+        if config.residual:
+            stream = h if stream is None else stream + h
+            x = stream
+        else:
+            x = h
+        hiddens.append(x)
+    if training:
+        x = _apply(x, dropout_mask(x, config.dropout_output, locked))  # M^out
+        hiddens[-1] = x
+    return x, hiddens, raw_hiddens, new_state
+
+
 @register_model("melis", config=MelisConfig)
 class MelisLM(LanguageModel):
     """Melis LM: embedding -> [R]LSTM / Mogrifier layers with residual sums and four dropouts -> tied softmax."""
@@ -102,29 +159,13 @@ class MelisLM(LanguageModel):
         emb = embedding_size(config)
         self.embedding = nn.Embedding(vocab_size, emb)
         nn.init.uniform_(self.embedding.weight, -config.init_range, config.init_range)
-        self.cells = nn.ModuleList(
-            self._make_cell(emb if layer == 0 else config.hidden) for layer in range(config.layers)
-        )
-        if config.chrono_t_max > 0.0:
-            for cell in self.cells:
-                cast(RecurrentCell, cell).chrono_init_(config.chrono_t_max)
+        self.cells = make_cells(config, emb)
         out_size = emb if config.tie_weights else config.hidden
         self.projection = nn.Linear(config.hidden, out_size) if out_size != config.hidden else None
         self.decoder = nn.Linear(out_size, vocab_size)
         nn.init.zeros_(self.decoder.bias)
         if config.tie_weights:
             self.decoder.weight = self.embedding.weight
-
-    def _make_cell(self, input_size: int) -> nn.Module:
-        config = self.config
-        if config.cell == "lstm":
-            return LSTMCell(input_size, config.hidden, config.capped_input_gate, config.backend)
-        if config.cell == "mogrifier":
-            return MogrifierLSTMCell(
-                input_size, config.hidden, config.rounds, config.rank, config.capped_input_gate, config.backend
-            )
-        rounds = config.rounds if config.cell == "mogrifier_rlstm" else 0
-        return RLSTMCell(input_size, config.hidden, config.backend, rounds, config.rank)
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> State:
         """Per layer ``(h, c)``, each ``(B, H)`` zeros (Sec. 4.2: c_0, h_0 = 0, 0)."""
@@ -139,34 +180,8 @@ class MelisLM(LanguageModel):
             state = self.init_state(tokens.size(0), tokens.device)
         if len(state) != len(self.cells):
             raise InfolmError(f"state has {len(state)} layers, the model has {len(self.cells)}")
-        training = self.training
-        locked = config.locked_masks
         x = self.embedding(tokens)  # (B, T, E)
-        if training:
-            x = _apply(x, dropout_mask(x, config.dropout_input, locked))  # M^in
-        raw_hiddens: list[Tensor] = []
-        hiddens: list[Tensor] = []
-        new_state = []
-        stream: Tensor | None = None  # sum of the dropped cell outputs so far
-        for cell, layer_state in zip(self.cells, state):
-            state_mask = None
-            if training and config.dropout_state > 0.0:
-                state_mask = x.new_empty(x.size(0), config.hidden).bernoulli_(1.0 - config.dropout_state)
-                state_mask.div_(1.0 - config.dropout_state)  # M^state,l: (B, H), fixed over time
-            h, layer_state = cell(x, tuple(layer_state), state_mask)  # (B, T, H)
-            raw_hiddens.append(h)
-            new_state.append(layer_state)
-            if training:
-                h = _apply(h, dropout_mask(h, config.dropout_cell, locked))  # x^l = h^l * M^cell,l
-            if config.residual:
-                stream = h if stream is None else stream + h
-                x = stream
-            else:
-                x = h
-            hiddens.append(x)
-        if training:
-            x = _apply(x, dropout_mask(x, config.dropout_output, locked))  # M^out
-            hiddens[-1] = x
+        x, hiddens, raw_hiddens, new_state = run_cells(self.cells, x, state, config, self.training)
         if self.projection is not None:
             x = self.projection(x)  # (B, T, E): into the output-embedding space
         logits = self.decoder(x)  # (B, T, V)

@@ -24,7 +24,10 @@ class MLEConfig:
 
 @register_objective("mle", config=MLEConfig)
 class MLE(Objective):
-    """Cross-entropy of the shared forward pass (the usual LM loss)."""
+    """Cross-entropy of the shared forward pass (the usual LM loss); for an encoder-decoder, of the
+    decoder's predictions (the task ignores the source half of the targets)."""
+
+    protocols = frozenset({"causal-lm", "seq2seq"})
 
     def __init__(self, config: MLEConfig) -> None:
         super().__init__()

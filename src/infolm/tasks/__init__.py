@@ -2,6 +2,7 @@
 
 from infolm.tasks import (  # noqa: F401  (registration)
     classification,
+    copy,
     masked_lm,
     sentence_latent,
     sentence_lm,

@@ -43,6 +43,7 @@ FEATURES = {
     "masked-spans": "the masked n-grams of each row (span ids)",
     "sentence-pairs": "rows of two sentences, [CLS] A [SEP] B [SEP]",
     "labels": "a label per row",
+    "source-target": "rows of a source and its target, the loss on the target half only",
 }
 
 # Model protocols a task may serve.
@@ -50,6 +51,7 @@ PROTOCOLS = {
     "causal-lm": "a language model over token ids (models.base.LanguageModel)",
     "latent-variable": "a latent-variable sentence model (posterior, prior, log_likelihood)",
     "encoder": "an encoder of per-token states and a sentence representation",
+    "seq2seq": "an encoder-decoder reading rows of a source and the decoder's inputs (models.melis_seq2seq)",
 }
 
 
