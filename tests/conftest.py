@@ -36,6 +36,16 @@ def small_corpus():
     return Corpus.from_texts("ptb-small", "word", texts, vocab=vocab)
 
 
+@pytest.fixture(scope="session")
+def copy_task_files(tmp_path_factory):
+    """Reverse-copy files (5 symbols of 12, 200 / 16 / 16 examples) for ``data.name=path``: the data section."""
+    from infolm.data.copy_task import CopyTaskConfig, write_copy_task
+
+    out = tmp_path_factory.mktemp("reverse-copy")
+    paths = write_copy_task(out, CopyTaskConfig(length=5, vocab_size=12, train=200, valid=16, test=16, seed=1))
+    return {"name": "path", "level": "word", **{split: str(path) for split, path in paths.items()}}
+
+
 def tiny_model(name: str, vocab_size: int, **overrides):
     from infolm.models import MODELS
 

@@ -36,8 +36,15 @@ SMALL = {
         "objective": {"elbo": {}},
         "optim": {"name": "adam", "lr": 0.01},
     },
+    "seq2seq": {
+        "model": {"name": "melis-seq2seq", "cell": "lstm", "layers": 1, "emb": 8, "hidden": 12},
+        "objective": {"mle": {}},
+        "optim": {"name": "adam", "lr": 0.01},
+    },
 }
 CHEAP = {"sentence-latent": {"valid_samples": 2, "test_samples": 2, "chunk": 2}}
+# Tasks that read their own kind of file instead of PTB text: the fixture giving their data section.
+OWN_DATA = {"copy": "copy_task_files"}
 
 # Tasks of the protocols above. The encoder tasks (masked-lm, classification) train on WordPiece data
 # that these tests do not build yet; tests/test_encoder_tasks.py checks their batches, resumption and
@@ -51,8 +58,21 @@ def small_sections(name):
     return {"task": {"name": name, **CHEAP.get(name, {})}, **SMALL[protocols[0]]}
 
 
-def task_config(name, tmp_path=None, *extra):
+def task_data(name, request, small_corpus):
+    """The data section (None: the PTB slice) and the corpus task ``name`` trains on in these tests."""
+    if name not in OWN_DATA:
+        return None, small_corpus
+    from infolm.config import DataConfig
+    from infolm.data import load_corpus
+
+    section = request.getfixturevalue(OWN_DATA[name])
+    return section, load_corpus(DataConfig(**section))
+
+
+def task_config(name, tmp_path=None, *extra, data=None):
     sections = small_sections(name)
+    if data is not None:
+        sections["data"] = data
     overrides = [f"{key}={json.dumps(value)}" for key, value in sections.items()]
     overrides += ["data.batch_size=8", "data.eval_batch_size=4", "data.bptt=12", *extra]
     if tmp_path is not None:
@@ -79,10 +99,11 @@ def walk(batches, count):
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_batches_resume_where_they_were_saved(name, small_corpus):
+def test_batches_resume_where_they_were_saved(name, request, small_corpus):
     """state_dict/load_state_dict: a fresh iterator loaded mid-epoch (and right after an epoch end)
     yields exactly the batches the saved one goes on to yield, across later epoch ends."""
-    task = build_task(task_config(name, None, "data.variable_bptt=true"), small_corpus)
+    data, corpus = task_data(name, request, small_corpus)
+    task = build_task(task_config(name, None, "data.variable_bptt=true", data=data), corpus)
     batches = task.train_batches()
     per_epoch = len(batches)
     walk(batches, per_epoch // 2)
@@ -98,8 +119,9 @@ def test_batches_resume_where_they_were_saved(name, small_corpus):
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_ranks_see_disjoint_rows_of_the_same_batches(name, small_corpus):
-    task = build_task(task_config(name), small_corpus)
+def test_ranks_see_disjoint_rows_of_the_same_batches(name, request, small_corpus):
+    data, corpus = task_data(name, request, small_corpus)
+    task = build_task(task_config(name, data=data), corpus)
     whole, halves = task.train_batches(0, 1), [task.train_batches(rank, 2) for rank in (0, 1)]
     for _ in range(len(whole) + 2):
         full = whole.next_batch()
@@ -114,11 +136,12 @@ def test_ranks_see_disjoint_rows_of_the_same_batches(name, small_corpus):
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_evaluation_is_deterministic_and_restores_the_mode(name, small_corpus):
-    config = task_config(name)
-    task = build_task(config, small_corpus)
+def test_evaluation_is_deterministic_and_restores_the_mode(name, request, small_corpus):
+    data, corpus = task_data(name, request, small_corpus)
+    config = task_config(name, data=data)
+    task = build_task(config, corpus)
     torch.manual_seed(0)
-    model = build_model(config, len(small_corpus.vocab))
+    model = build_model(config, len(corpus.vocab))
     model.train()
     first, second = task.evaluate(model, "valid"), task.evaluate(model, "valid")
     assert model.training
@@ -143,15 +166,17 @@ class SelectHighest(Task):
 
 @pytest.mark.parametrize("flip", [False, True], ids=["lower-is-better", "higher-is-better"])
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_the_selection_metric_decides_best_and_early_stopping(name, flip, small_corpus, tmp_path):
-    config = task_config(name, tmp_path, "train.max_steps=12", "train.eval_every=3", "train.early_stopping=2")
-    task = build_task(config, small_corpus)
+def test_the_selection_metric_decides_best_and_early_stopping(name, flip, request, small_corpus, tmp_path):
+    data, corpus = task_data(name, request, small_corpus)
+    extra = ("train.max_steps=12", "train.eval_every=3", "train.early_stopping=2")
+    config = task_config(name, tmp_path, *extra, data=data)
+    task = build_task(config, corpus)
     if flip:
         task = SelectHighest(task)
     torch.manual_seed(0)
-    model = build_model(config, len(small_corpus.vocab))
+    model = build_model(config, len(corpus.vocab))
     objective = build_objective(config)
-    objective.setup(small_corpus, model)
+    objective.setup(corpus, model)
     Trainer(config, model, objective, task).fit()
     evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("split") == "valid"]
     pick = max if flip else min
@@ -174,10 +199,12 @@ def final_weights(run_dir):
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_run_killed_mid_epoch_resumes_bit_for_bit(name, tmp_path):
+def test_run_killed_mid_epoch_resumes_bit_for_bit(name, request, tmp_path):
     config = tmp_path / "config.yaml"
     data = {"name": "ptb", "batch_size": 8, "eval_batch_size": 4, "bptt": 20, "max_eval_tokens": 600}
     data["max_train_tokens"] = 2000  # epochs of about 10 batches: the run crosses epoch ends
+    if name in OWN_DATA:  # 200 examples: epochs of 10 batches
+        data = {**request.getfixturevalue(OWN_DATA[name]), "batch_size": 20, "eval_batch_size": 4}
     train = {"epochs": 10, "max_steps": 24, "eval_every": 8, "checkpoint_every": 3, "log_every": 1}
     sections = {"run": {"device": "cpu"}, "data": data, **small_sections(name), "train": train}
     config.write_text(json.dumps(sections))  # JSON is YAML
