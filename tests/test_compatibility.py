@@ -33,6 +33,7 @@ MODEL_SETTINGS = {
     "latent-sentence-lstm": {"embedding": 8, "hidden": 8, "latent_size": 4, "latent_embedding": 8},
     "latent-synthetic": {"embedding": 8, "hidden": 8, "latent_size": 4},
     "bert": {"dim": 16, "layers": 1, "heads": 2, "ff_dim": 32, "max_len": 32, "num_labels": 2},
+    "melis-seq2seq": {"cell": "lstm", "hidden": 12, "layers": 1, "emb": 8},
 }
 OBJECTIVE_SETTINGS = {
     "imm": {"k": 2, "j": 1, "sample_chunk": 2, "context_window": 8, "positions_per_batch": 4},
@@ -46,8 +47,13 @@ OBJECTIVE_SETTINGS = {
 
 def task_data(config, corpus):
     """What the task trains on, made from the small PTB slice (encoder tasks: its lines as WordPiece
-    sentences; classification: labelled by line-length parity), so that no data mirror is needed."""
+    sentences; classification: labelled by line-length parity; copy: a small reverse-copy corpus), so that
+    no data mirror is needed."""
     name = config.task["name"]
+    if name == "copy":
+        from infolm.data.copy_task import CopyTaskConfig, copy_task_corpus
+
+        return copy_task_corpus(CopyTaskConfig(length=5, vocab_size=12, train=64, valid=8, test=8))
     if name not in ("masked-lm", "classification"):
         return corpus
     from infolm.tasks.masked_lm import MaskedLMConfig, subword_corpus

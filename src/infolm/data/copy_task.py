@@ -1,14 +1,15 @@
-"""The reverse copy task (Melis thesis Sec. 2.3.3) as a language-modelling dataset.
+"""The reverse copy task (Melis thesis Sec. 2.3.3): the data files.
 
 Each example is one line: ``length`` tokens drawn uniformly from a vocabulary of ``vocab_size``, a marker,
 and the same tokens in reverse order::
 
     t17 t3 t941 <rev> t941 t3 t17
 
-The thesis trains a separate encoder and decoder (the decoder starts from the encoder's last state); here one
-language model reads the line left to right, which is the same computation with shared weights. The input
-half is i.i.d. uniform, so no model can beat ``ln(vocab_size)`` nats on it: :func:`entropy_floor` is the
-lowest achievable per-token loss of the whole stream, and the loss above it measures copying errors.
+The thesis trains a separate encoder and decoder (the decoder starts from the encoder's last state): the
+``copy`` task (``tasks/copy.py``) serves these lines as (source, target) pairs to ``melis-seq2seq``. The same
+lines also train one language model left to right (the ``stream-lm`` task); its input half is i.i.d. uniform,
+so no model can beat ``ln(vocab_size)`` nats on it: :func:`entropy_floor` is the lowest achievable per-token
+loss of that stream, and :func:`copy_loss` the loss above it per predictable token.
 
 Files for ``data.name=path`` (``data.level=word``)::
 
