@@ -80,11 +80,24 @@ def _batch_dim(t: Tensor) -> int:
 @contextlib.contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
     """Evaluation mode (dropout off) for extra passes inside training (IMM Sec. 6, induced-model
-    evaluation); every submodule's own mode is restored afterwards."""
+    evaluation); every submodule's own mode is restored afterwards.
+
+    cuDNN's recurrent layers refuse a backward pass through a forward pass made in eval mode: a
+    recurrent layer without dropout of its own keeps its mode (its output is the same in both), and
+    the pass runs without cuDNN when a layer has dropout between its stacked layers."""
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
+    without_cudnn = False
+    for module, training in modes:
+        if isinstance(module, nn.RNNBase) and training:
+            if module.dropout == 0 or module.num_layers == 1:
+                module.training = True
+            else:
+                without_cudnn = True
+    flags = torch.backends.cudnn.flags(enabled=False) if without_cudnn else contextlib.nullcontext()
     try:
-        yield
+        with flags:
+            yield
     finally:
         for module, training in modes:
             module.training = training

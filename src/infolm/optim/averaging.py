@@ -95,6 +95,13 @@ class WeightAverager:
         finally:
             self.swap_out()
 
+    def to(self, device: torch.device | str) -> None:
+        """Move the averages to ``device``, where the parameters went (the trainer moves the model after
+        the averager is built)."""
+        for name, value in vars(self).items():
+            if name != "params" and isinstance(value, list) and value and all(isinstance(t, Tensor) for t in value):
+                setattr(self, name, [t.to(device) for t in value])
+
     # -- logging and checkpoints ---------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         return {}

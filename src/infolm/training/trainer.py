@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -35,12 +36,22 @@ if TYPE_CHECKING:
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        from infolm.errors import InfolmError
+    """``run.device`` as a device; under ``torchrun`` each process of a node takes the GPU of its local rank."""
+    from infolm.errors import InfolmError
 
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
         raise InfolmError("run.device=cuda but CUDA is not available on this machine")
+    if name == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        local_rank, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if local_rank >= count:
+            raise InfolmError(
+                f"torchrun started more processes on this node than it has GPUs ({count}); "
+                f"use --nproc_per_node={count}, or run.device=cpu"
+            )
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
     return torch.device(name)
 
 
@@ -105,6 +116,8 @@ class Trainer:
         self.objective = objective.to(self.device)
         self.task = task
         self.averager = averager
+        if averager is not None:
+            averager.to(self.device)  # built on the parameters before the model moved
         self.meta = dict(meta or {})
         self.batches = task.train_batches(self.rank, self.world_size)  # this rank's rows of every batch
         if averager is not None:
