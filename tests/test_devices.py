@@ -54,5 +54,6 @@ def test_averages_follow_the_parameters_to_their_device(name):
     averager = AVERAGERS.build(name, {}, list(model.parameters()), where="optim.average")
     model.to("meta")
     averager.to("meta")
-    averages = [t for key, value in vars(averager).items() if key != "params" and isinstance(value, list) for t in value]
+    lists = [value for key, value in vars(averager).items() if key != "params" and isinstance(value, list)]
+    averages = [t for value in lists for t in value]
     assert averages and all(t.device.type == "meta" for t in averages)
