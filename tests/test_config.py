@@ -47,3 +47,19 @@ def test_tilde_removes_a_key_of_the_file(tmp_path):
     for bad, message in (("~objective.nope", "has no key objective.nope"), ("~optim.lr=3", "dotted name alone")):
         with pytest.raises(InfolmError, match=message):
             load_config(path, [bad])
+
+
+def test_a_run_from_before_a_setting_existed_resumes_with_its_default(tmp_path):
+    import yaml
+
+    from infolm.build import check_run_dir
+    from infolm.config import load_config, to_dict
+
+    config = load_config(ROOT / "configs/tiny.yaml", [f"run.dir={tmp_path}"])
+    saved = to_dict(config)
+    del saved["data"]["extra_tokens"]  # a run written before data.extra_tokens existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_run_dir(config, tmp_path)  # the new setting at its default: the same run
+    changed = load_config(ROOT / "configs/tiny.yaml", [f"run.dir={tmp_path}", "data.extra_tokens=[<x>]"])
+    with pytest.raises(InfolmError, match="data.extra_tokens"):
+        check_run_dir(changed, tmp_path)

@@ -137,9 +137,12 @@ def check_run_dir(config: Config, run_dir: Path) -> None:
     if not any(key.startswith("task.") for key in old):
         old["task.name"] = "stream-lm"  # runs from before tasks existed trained a stream LM
     new = _flatten(to_dict(config))
+    defaults = _flatten(to_dict(type(config)()))
     for key in sorted(set(old) | set(new)):
         if key in RESUMABLE_KEYS:
             continue
+        if key not in old and key in defaults and new.get(key) == defaults[key]:
+            continue  # a setting added since the run started, at its default: the run's behaviour
         if old.get(key) != new.get(key):
             raise InfolmError(
                 f"run directory {run_dir} holds a run of another config ({key}: {old.get(key)!r} there, "
