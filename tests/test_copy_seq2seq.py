@@ -174,9 +174,12 @@ def test_greedy_copy_of_a_real_model_is_a_fixed_point_of_teacher_forcing(copy_se
     """Fed its own greedy output as decoder inputs, the teacher-forced pass predicts that same output: the
     greedy loop carries the decoder's state and feeds back the argmax."""
     task, corpus = copy_setup
-    model = tiny_seq2seq(len(corpus.vocab), "mogrifier").eval()
+    # Wide embeddings, so that the argmax depends on the state and the fed-back symbol (at init_range 0.1 this
+    # untrained model emits one symbol throughout, which no greedy loop can get wrong).
+    model = tiny_seq2seq(len(corpus.vocab), "mogrifier", init_range=1.0).eval()
     source = task.pairs["valid"].source
     copied = task.greedy_copy(model, source)
+    assert len(set(copied[:, 1:].flatten().tolist())) > 1
     marker = torch.full((source.size(0), 1), corpus.vocab.stoi["<rev>"])
     with torch.no_grad():
         logits = model(torch.cat([source, marker, copied[:, :-1]], 1)).logits[:, LENGTH:]
