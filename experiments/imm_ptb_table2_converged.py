@@ -21,7 +21,8 @@ and the learning curves from the run directories alone::
         --png docs/img/imm_ptb_table2_converged.png
 
 Rerunning ``train`` resumes the runs that were cut (``infolm train`` resumes a run directory) and
-skips the runs and scores that are complete.
+skips the runs and scores that are complete. ``--from-cut-baselines`` starts the continuations from
+baselines that were cut before early stopping, from their best weights (the table marks them cut).
 """
 
 from __future__ import annotations
@@ -96,9 +97,18 @@ def finished(run: Path) -> bool:
     return (run / "train-summary.json").is_file()
 
 
-def run_jobs(jobs: list[Job], slots: int, deadline: float, out: Path, log: Path) -> None:
-    """Run ``jobs`` ``slots`` at a time in dependency order; terminate what runs at ``deadline``."""
+def has_best(run: Path) -> bool:
+    return (run / "checkpoints" / "best" / "model.safetensors").is_file()
+
+
+def run_jobs(jobs: list[Job], slots: int, deadline: float, out: Path, log: Path, from_cut: bool = False) -> None:
+    """Run ``jobs`` ``slots`` at a time in dependency order; terminate what runs at ``deadline``.
+    ``from_cut``: a job also starts after a run that was cut but has best weights."""
     pending = [job for job in jobs if not finished(out / job.name)]
+
+    def done(name: str) -> bool:
+        return finished(out / name) or (from_cut and has_best(out / name))
+
     running: list[Job] = []
     while pending or running:
         for job in list(running):
@@ -128,11 +138,11 @@ def run_jobs(jobs: list[Job], slots: int, deadline: float, out: Path, log: Path)
                     handle.write(json.dumps(job.record) + "\n")
             return
         active = {job.name for job in running} | {job.name for job in pending}
-        for job in [job for job in pending if job.after is not None and not finished(out / job.after)]:
+        for job in [job for job in pending if job.after is not None and not done(job.after)]:
             if job.after not in active:  # its baseline failed or was cut: nothing to continue from
                 print(f"skipping {job.name}: {job.after} did not end by itself", file=sys.stderr)
                 pending.remove(job)
-        ready = [job for job in pending if job.after is None or finished(out / job.after)]
+        ready = [job for job in pending if job.after is None or done(job.after)]
         while ready and len(running) < slots:
             job = ready.pop(0)
             pending.remove(job)
@@ -198,7 +208,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     deadline = start + args.deadline_s if args.deadline_s else math.inf
     jobs: list[Job] = []
     for seed in args.seeds:
-        jobs.append(Job(f"baseline-s{seed}", "baseline", seed, train_command(out, "baseline", seed, args.set)))
+        if not args.from_cut_baselines:
+            jobs.append(Job(f"baseline-s{seed}", "baseline", seed, train_command(out, "baseline", seed, args.set)))
     for seed in args.seeds:
         for arm in args.arms:
             command = train_command(out, arm, seed, args.set)
@@ -214,7 +225,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     with (out / "calls.jsonl").open("a") as handle:
         handle.write(json.dumps({"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine}) + "\n")
-    run_jobs(jobs, args.jobs, deadline - args.eval_reserve_s, out, out / "jobs.jsonl")
+    run_jobs(jobs, args.jobs, deadline - args.eval_reserve_s, out, out / "jobs.jsonl", args.from_cut_baselines)
     score_runs(out, [job.name for job in jobs], args.jobs, deadline, args.induced_max_train_tokens)
     print(f"done in {time.time() - start:.0f} s", file=sys.stderr)
 
@@ -294,6 +305,9 @@ def cmd_table(args: argparse.Namespace) -> None:
             f"{mean_std([found['induced_test_ppl'] for found in rows if found['induced_test_ppl']])} | "
             f"{mean_std(ratios) if arm != 'baseline' else '1'} | {paper_cell} |"
         )
+    kn = [found["kn_test_ppl"] for arm in arms for _, found in numbers[arm] if found["kn_test_ppl"]]
+    if kn:
+        lines.append(f"| Kneser-Ney bigram (the restricted model) | – | – | – | – | {kn[0]:.2f} | – | – / – / 185.71 |")
     print("\n".join(lines))
     per_seed = {arm: {seed: found for seed, found in numbers[arm]} for arm in arms}
     print("\nper seed, test ppl (valid ppl):")
@@ -353,6 +367,11 @@ def main() -> None:
         "--induced-max-train-tokens", type=int, default=0, help="induced bigram from this many train tokens (0: all)"
     )
     p.add_argument("--set", nargs="*", default=[], help="overrides for every run (e.g. a smoke budget)")
+    p.add_argument(
+        "--from-cut-baselines",
+        action="store_true",
+        help="continue from baselines that were cut before early stopping (their best weights; not retrained)",
+    )
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("table", help="the table, the overheads and the curves from the run directories")
     p.add_argument("--out", default="runs/imm-ptb-table2-converged")
