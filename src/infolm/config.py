@@ -66,17 +66,33 @@ class OptimConfig:
     weight_decay: float = 0.0  # L2 (sgd, adam, radam) or decoupled (adamw)
     betas: list[float] = dataclasses.field(default_factory=lambda: [0.9, 0.999])  # Adam-family betas
     eps: float = 1e-8  # Adam-family epsilon
-    schedule: str = "none"  # none | step (decay per epoch after decay_start_epoch) | plateau
+    # none | step (decay per epoch after decay_start_epoch) | plateau | warmup-linear (linear warmup
+    # to lr, then linear decay to 0 at the run's last step: BERT, InfoWord)
+    schedule: str = "none"
     decay: float = 0.5  # multiplicative LR decay (step and plateau)
     decay_start_epoch: int = 4  # step: decay at the end of each epoch after this many epochs
     plateau_patience: int = 0  # plateau: evaluations without improvement before decaying
+    warmup_steps: int = 0  # warmup-linear: updates of linear warmup (0: use warmup_fraction)
+    warmup_fraction: float = 0.0  # warmup-linear: warmup as a fraction of the run's total updates
     average: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # weight averaging: {name: two-tailed|tail|ema, ...}
 
     def __post_init__(self) -> None:
         _check_choice("optim.name", self.name, ("sgd", "adam", "adamw", "radam"))
-        _check_choice("optim.schedule", self.schedule, ("none", "step", "plateau"))
+        _check_choice("optim.schedule", self.schedule, ("none", "step", "plateau", "warmup-linear"))
+        _check_positive("optim.warmup_steps", self.warmup_steps, allow_zero=True)
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise InfolmError(f"optim.warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
+        if self.warmup_steps and self.warmup_fraction:
+            raise InfolmError(
+                "optim.warmup_steps and optim.warmup_fraction are both set; give one of them "
+                f"(got {self.warmup_steps} and {self.warmup_fraction})"
+            )
+        if (self.warmup_steps or self.warmup_fraction) and self.schedule != "warmup-linear":
+            raise InfolmError(
+                f"optim.warmup_steps / optim.warmup_fraction need optim.schedule=warmup-linear, got {self.schedule!r}"
+            )
         _check_positive("optim.lr", self.lr, allow_zero=True)
         if not 0.0 < self.decay <= 1.0:
             raise InfolmError(f"optim.decay must be in (0, 1], got {self.decay}")
@@ -130,6 +146,12 @@ class Config:
             raise InfolmError("model.name is required (see `infolm info` for the known models)")
         if not self.objective:
             raise InfolmError("objective must name at least one term, e.g. objective.mle.weight=1.0")
+        warmup, max_steps = self.optim.warmup_steps, self.train.max_steps
+        if warmup and max_steps is not None and warmup >= max_steps:
+            raise InfolmError(
+                f"optim.warmup_steps ({warmup}) must be less than train.max_steps ({max_steps}); "
+                "lower it or use optim.warmup_fraction"
+            )
         for term, settings in self.objective.items():
             if settings is not None and not isinstance(settings, Mapping):
                 raise InfolmError(f"objective.{term} must be a mapping of settings, got {settings!r}")

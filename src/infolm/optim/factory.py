@@ -8,6 +8,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from infolm.errors import InfolmError
+from infolm.optim.warmup import warmup_linear_factor, warmup_steps_of
+
 _OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
     "sgd": torch.optim.SGD,
     "adam": torch.optim.Adam,
@@ -59,20 +62,44 @@ def build_optimizers(config: Any, model: nn.Module, extra_groups: list[dict[str,
 
 
 class LRSchedule:
-    """Step decay per epoch (after ``decay_start_epoch``) or decay on a validation plateau.
+    """Step decay per epoch (after ``decay_start_epoch``), decay on a validation plateau, or linear
+    warmup then linear decay to 0 over the run (``warmup-linear``, optim/warmup.py).
 
-    ``lr`` is the scheduled rate of the main optimizer; the trainer multiplies it by a batch's
-    ``lr_scale`` (AWD variable-length BPTT) before each step.
+    ``lr`` is the scheduled rate of the main optimizer; the trainer calls ``before_update`` with the
+    number of completed updates before each update, then multiplies ``lr`` by a batch's ``lr_scale``
+    (AWD variable-length BPTT).
     """
 
     def __init__(self, config: Any) -> None:
         self.kind = config.schedule
         self.lr = float(config.lr)
+        self.peak = float(config.lr)  # warmup-linear: the rate at the end of warmup
+        self.warmup_setting = (int(config.warmup_steps), float(config.warmup_fraction))
+        self.total = 0
+        self.warmup = 0
         self.decay = float(config.decay)
         self.start = int(config.decay_start_epoch)
         self.patience = int(config.plateau_patience)
         self.best = math.inf
         self.bad = 0
+
+    def set_horizon(self, total_steps: int) -> None:
+        """The run's total updates (``Trainer.total_steps``): warmup-linear decays to 0 there."""
+        if self.kind != "warmup-linear":
+            return
+        self.total = int(total_steps)
+        steps, fraction = self.warmup_setting
+        if steps >= self.total:
+            raise InfolmError(
+                f"optim.warmup_steps ({steps}) must be less than the run's total updates ({self.total}); "
+                "lower it or use optim.warmup_fraction"
+            )
+        self.warmup = warmup_steps_of(self.total, steps, fraction)
+
+    def before_update(self, completed: int) -> None:
+        """Set ``lr`` for the update after ``completed`` updates."""
+        if self.kind == "warmup-linear":
+            self.lr = self.peak * warmup_linear_factor(completed, self.total, self.warmup)
 
     def on_epoch_end(self, epochs_done: int) -> None:
         if self.kind == "step" and epochs_done >= self.start:
@@ -90,11 +117,13 @@ class LRSchedule:
             self.bad = 0
 
     def reset(self, lr: float) -> None:
-        """Set the learning rate and forget the plateau history (a new phase of training starts)."""
-        self.lr, self.best, self.bad = float(lr), math.inf, 0
+        """Set the learning rate (warmup-linear: its peak) and forget the plateau history (a new phase
+        of training starts)."""
+        self.lr, self.peak, self.best, self.bad = float(lr), float(lr), math.inf, 0
 
     def state_dict(self) -> dict[str, float]:
-        return {"lr": self.lr, "best": self.best, "bad": self.bad}
+        return {"lr": self.lr, "peak": self.peak, "best": self.best, "bad": self.bad}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.lr, self.best, self.bad = float(state["lr"]), float(state["best"]), int(state["bad"])
+        self.peak = float(state.get("peak", self.peak))  # runs saved before warmup-linear existed

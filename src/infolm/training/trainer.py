@@ -124,6 +124,7 @@ class Trainer:
             averager.set_horizon(self.total_steps())  # tail averaging's latest start (a fraction of the run)
         self.optimizers = build_optimizers(config.optim, self.model, self.objective.param_groups())
         self.schedule = LRSchedule(config.optim)
+        self.schedule.set_horizon(self.total_steps())  # a schedule over the whole run decays to 0 there
         self.metrics = MetricsLog(
             self.run_dir / "metrics.jsonl",
             enabled=self.is_main,
@@ -352,6 +353,7 @@ class Trainer:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         grad_norm = self._backward(terms)
+        self.schedule.before_update(self.step)
         lr = self.schedule.lr * batch.lr_scale * self.divergence.lr_scale
         for group in self.optimizers[0].param_groups:
             group["lr"] = lr
