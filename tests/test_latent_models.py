@@ -121,9 +121,69 @@ def test_dropout_mask_shared_across_latent_draws(shared) -> None:
     assert (spread < 1e-5) if shared else (spread > 1e-3)
 
 
-def test_state_dropout_is_refused() -> None:
-    with pytest.raises(InfolmError, match="dropout_state"):
-        MODELS.build("latent-sentence-lstm", {"dropout_state": 0.3}, vocab_size=10, where="model")
+def test_step_by_step_decoder_equals_fused_with_gradients() -> None:
+    """The state-dropout path (the cell of models/cells.py on nn.LSTM's weights) under an all-ones
+    mask is the fused nn.LSTM: same ln p(x|z) and the same gradient for every parameter."""
+    model = build("latent-sentence-lstm", {**LATENT_MODELS[2][1], "dropout_state": 0.5}).eval()
+    tokens, lengths = batch("latent-sentence-lstm")
+    z = model.posterior(tokens, lengths).sample((3,)).detach()
+    inputs = torch.randn(15, 7, model.decoder.input_size)
+    fused = model.decode(inputs)
+    stepped = model.decode(inputs, torch.ones(15, model.config.hidden))
+    torch.testing.assert_close(stepped, fused)
+    (grad_fused,) = torch.autograd.grad(fused.square().sum(), model.decoder.weight_hh_l0)
+    (grad_stepped,) = torch.autograd.grad(stepped.square().sum(), model.decoder.weight_hh_l0)
+    torch.testing.assert_close(grad_stepped, grad_fused)
+    # in evaluation the model with dropout_state > 0 scores exactly as the one without
+    plain = build("latent-sentence-lstm", LATENT_MODELS[2][1]).eval()
+    plain.load_state_dict(model.state_dict())  # same parameter names: checkpoints load across settings
+    torch.testing.assert_close(model.log_likelihood(tokens, lengths, z), plain.log_likelihood(tokens, lengths, z))
+
+
+def test_state_dropout_path_equals_the_eager_reference() -> None:
+    """In training the step path equals the cells' autograd reference (eager LSTM) with h_{t-1} * M^state."""
+    from infolm.models.cells import lstm_sequence, torch_lstm_weights
+
+    model = build("latent-sentence-lstm", {**LATENT_MODELS[2][1], "dropout_state": 0.5})
+    inputs = torch.randn(4, 6, model.decoder.input_size)
+    mask = torch.bernoulli(torch.full((4, model.config.hidden), 0.5)) / 0.5
+    zeros = torch.zeros(4, model.config.hidden)
+    reference, _ = lstm_sequence(inputs, (zeros, zeros), mask, *torch_lstm_weights(model.decoder), backend="eager")
+    torch.testing.assert_close(model.decode(inputs, mask), reference)
+    assert not torch.allclose(model.decode(inputs, mask), model.decode(inputs))  # the mask acts
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_state_dropout_mask_shared_across_latent_draws(shared) -> None:
+    """Only state dropout on: K copies of the same z score identically with a shared mask, differently without."""
+    settings = {**LATENT_MODELS[2][1], "dropout_state": 0.5, "shared_dropout_mask": shared}
+    model = build("latent-sentence-lstm", settings).train()
+    tokens, lengths = batch("latent-sentence-lstm")
+    z = model.posterior(tokens, lengths).sample().expand(4, -1, -1)  # the same draw 4 times
+    scores = model.log_likelihood(tokens, lengths, z).detach()
+    spread = float((scores - scores[:1]).abs().max())
+    assert (spread < 1e-5) if shared else (spread > 1e-3)
+    model.eval()  # no mask in evaluation: deterministic
+    torch.testing.assert_close(model.log_likelihood(tokens, lengths, z), model.log_likelihood(tokens, lengths, z))
+
+
+@pytest.mark.parametrize("latent", ["gaussian", "categorical"])
+def test_state_dropout_gives_every_parameter_a_gradient(latent) -> None:
+    settings = LATENT_MODELS[2 if latent == "gaussian" else 3][1]
+    model = build("latent-sentence-lstm", {**settings, "dropout_state": 0.3, "dropout_input": 0.2}).train()
+    tokens, lengths = batch("latent-sentence-lstm")
+    estimator = "dreg" if latent == "gaussian" else "vimco"
+    out = objective_surrogate(model, tokens, lengths, kl_objective(0.5, 3, 3), estimator)
+    out.surrogate.mean().backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and bool(p.grad.abs().sum() > 0), pname
+        assert bool(p.grad.isfinite().all()), pname
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0, 1.5])
+def test_invalid_state_dropout_is_refused(rate) -> None:
+    with pytest.raises(InfolmError, match=r"model.dropout_state must be in \[0, 1\)"):
+        MODELS.build("latent-sentence-lstm", {"dropout_state": rate}, vocab_size=10, where="model")
 
 
 def test_blocked_softmax_equals_one_block_with_gradients() -> None:

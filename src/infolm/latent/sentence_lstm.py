@@ -6,11 +6,18 @@ categorical). Decoder: a unidirectional LSTM whose input at every step is the pr
 embedding concatenated with z (categorical latents embedded first); the first input is a learned
 start vector. Embedding and hidden sizes 128 (Table 5.1 also uses 256).
 
-Dropout (Sec. 5.7.2, Figs. 5.10-5.12): on the decoder's input embeddings and on its outputs, one
-mask per sentence over time (locked, Gal & Ghahramani 2016). With ``shared_dropout_mask`` all K
-latent draws of a sentence use the same masks (Fig. 5.12); otherwise every draw has its own
-("naive dropout", Fig. 5.10). The thesis's third rate, dropout on the recurrent state, is not
-implemented here (it needs a step-by-step LSTM); see ``dropout_state`` below.
+Dropout (Sec. 5.7.2, Figs. 5.10-5.12, Table 5.2): the decoder's three rates. On its input
+embeddings and on its outputs, one mask per sentence over time (locked, Gal & Ghahramani 2016); on
+its recurrent state, the variational M^state of Sec. 4.2 and App. 5.C: the state from the previous
+step, h_{t-1}, is read as h_{t-1} * M^state, one mask per sentence fixed over time. With
+``shared_dropout_mask`` all K latent draws of a sentence use the same masks (Fig. 5.12); otherwise
+every draw has its own ("naive dropout", Fig. 5.10).
+
+The decoder is one ``nn.LSTM`` (fused, fast). State dropout needs the state between steps, so in
+training with ``dropout_state`` > 0 the same weights run through the step-by-step LSTM of
+``models/cells.py`` (``lstm_sequence``, gate rows reordered by ``torch_lstm_weights``), which reads
+h_{t-1} through the mask; without a mask (``dropout_state`` 0, or evaluation) the fused path runs.
+The two paths compute the same function, and the parameters keep ``nn.LSTM``'s names.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from infolm.latent.base import LatentVariableModel
 from infolm.latent.softmax import token_log_likelihood
 from infolm.latent.synthetic import LatentFamilyConfig, build_latent
 from infolm.models.base import register_model
+from infolm.models.cells import lstm_sequence, torch_lstm_weights
 
 
 @dataclasses.dataclass
@@ -36,7 +44,9 @@ class SentenceLSTMConfig(LatentFamilyConfig):
     latent_embedding: int = 128  # size categorical latents are embedded to before the decoder (ours)
     dropout_input: float = 0.0  # decoder input-embedding dropout (Table 5.2: 0..0.9)
     dropout_output: float = 0.0  # decoder output dropout before the softmax (Table 5.2: 0..0.95)
-    dropout_state: float = 0.0  # recurrent-state dropout (Table 5.2: 0..0.8): not implemented, must be 0
+    # variational dropout of the decoder's h_{t-1}, one mask per sentence (Table 5.2: 0..0.8; Sec. 4.2 M^state);
+    # > 0 runs the decoder step by step in training (slower, docs/results.md)
+    dropout_state: float = 0.0
     shared_dropout_mask: bool = True  # one dropout mask for all latent draws of a sentence (Fig. 5.12)
 
     def __post_init__(self) -> None:
@@ -44,11 +54,9 @@ class SentenceLSTMConfig(LatentFamilyConfig):
         for key in ("embedding", "hidden", "latent_embedding"):
             if getattr(self, key) < 1:
                 raise InfolmError(f"model.{key} must be at least 1, got {getattr(self, key)}")
-        for key in ("dropout_input", "dropout_output"):
+        for key in ("dropout_input", "dropout_state", "dropout_output"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise InfolmError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
-        if self.dropout_state != 0.0:
-            raise InfolmError("model.dropout_state is not implemented (the LSTM runs fused); use 0")
 
 
 @register_model("latent-sentence-lstm", config=SentenceLSTMConfig)  # type: ignore[arg-type]
@@ -91,7 +99,11 @@ class SentenceLSTMModel(LatentVariableModel):
         inputs = self._dropout(inputs.unsqueeze(0).expand(K, B, T, -1), self.config.dropout_input)  # (K·B, T, E)
         latent = self.latent_embedding(self.latent.flatten(z).reshape(K * B, -1))  # (K·B, Dz)
         inputs = torch.cat([inputs, latent.unsqueeze(1).expand(-1, T, -1)], 2)  # z fed at every step
-        outputs, _ = self.decoder(inputs)  # (K·B, T, H): right padding never reaches real positions
+        state_mask = None
+        if self.training and self.config.dropout_state > 0.0:  # M^state, one per sentence (or per draw)
+            state_mask = self._sentence_mask(inputs, K, B, self.config.hidden, self.config.dropout_state)
+            state_mask = state_mask.expand(K, B, -1).reshape(K * B, -1)  # (K·B, H)
+        outputs = self.decode(inputs, state_mask)  # (K·B, T, H): right padding never reaches real positions
         outputs = self._dropout(outputs.view(K, B, T, -1), self.config.dropout_output).view(K, B, T, -1)
         real = torch.arange(T, device=tokens.device) < lengths.to(tokens.device).unsqueeze(1)  # (B, T)
         where = real.unsqueeze(0).expand(K, B, T)  # only real positions are scored
@@ -99,11 +111,24 @@ class SentenceLSTMModel(LatentVariableModel):
         per_token = outputs.new_zeros(K, B, T).masked_scatter(where, scores)
         return per_token.sum(-1)  # (K, B)
 
+    def decode(self, inputs: Tensor, state_mask: Tensor | None = None) -> Tensor:
+        """Decoder outputs (N, T, H) on inputs (N, T, I) from a zero state. Without ``state_mask`` the fused
+        ``nn.LSTM``; with one (N, H), the step-by-step LSTM on the same weights, reading h_{t-1} * M^state."""
+        if state_mask is None:
+            return self.decoder(inputs)[0]
+        weight_ih, weight_hh, bias = torch_lstm_weights(self.decoder)
+        zeros = inputs.new_zeros(inputs.size(0), self.config.hidden)  # h_0 = c_0 = 0, as nn.LSTM's default
+        outputs, _ = lstm_sequence(inputs, (zeros, zeros), state_mask, weight_ih, weight_hh, bias)
+        return outputs
+
+    def _sentence_mask(self, like: Tensor, K: int, B: int, H: int, p: float) -> Tensor:
+        """An inverted-dropout mask (K, B, H), or (1, B, H) shared by the K draws of a sentence when configured."""
+        shape = (1 if self.config.shared_dropout_mask else K, B, H)
+        return like.new_empty(shape).bernoulli_(1 - p) / (1 - p)
+
     def _dropout(self, x: Tensor, p: float) -> Tensor:
-        """Locked dropout, one mask per sentence over time: (K, B, T, H) -> (K·B, T, H). The mask is
-        shared by the K draws of a sentence when configured."""
+        """Locked dropout, one mask per sentence over time: (K, B, T, H) -> (K·B, T, H)."""
         K, B, T, H = x.shape
         if self.training and p > 0.0:
-            shape = (1 if self.config.shared_dropout_mask else K, B, 1, H)
-            x = x * (x.new_empty(shape).bernoulli_(1 - p) / (1 - p))
+            x = x * self._sentence_mask(x, K, B, H, p).unsqueeze(2)
         return x.reshape(K * B, T, H)

@@ -23,7 +23,7 @@ the eager formula up to rounding.
 from __future__ import annotations
 
 import math
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -226,6 +226,38 @@ def _lstm_eager(
     return torch.stack(outputs, 1), (h, c)
 
 
+def lstm_sequence(
+    x: Tensor,
+    state: CellState,
+    state_mask: Tensor | None,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias: Tensor,
+    capped: bool = False,
+    backend: str = "fused",
+) -> tuple[Tensor, CellState]:
+    """The LSTM of :class:`LSTMCell` as a function of its weights (gate rows i, f, o, j; one bias):
+    ``x (B, T, I)`` from ``state`` to ``(outputs (B, T, H), (h, c))``, ``h_prev`` read as ``h_prev * state_mask``."""
+    if _use_eager(backend, x):
+        return _lstm_eager(x, state, state_mask, weight_ih, weight_hh, bias, capped)
+    outputs, h, c = _LSTMSequence.apply(x, state[0], state[1], state_mask, weight_ih, weight_hh, bias, capped)
+    return outputs, (h, c)
+
+
+def torch_lstm_weights(lstm: nn.LSTM) -> tuple[Tensor, Tensor, Tensor]:
+    """A one-layer, one-direction ``nn.LSTM``'s weights in this module's layout, differentiably: its gate rows
+    (i, f, g, o) reordered to (i, f, o, j) with j = g, and its two biases summed (the same function)."""
+    if lstm.num_layers != 1 or lstm.bidirectional or lstm.proj_size or not lstm.bias:
+        raise InfolmError("only a one-layer, unidirectional nn.LSTM with biases and no projection maps onto the cell")
+
+    def reorder(rows: Tensor) -> Tensor:
+        i, f, g, o = rows.chunk(4, 0)
+        return torch.cat([i, f, o, g], 0)
+
+    weight_ih, weight_hh, bias_ih, bias_hh = (cast(Tensor, p) for p in lstm.all_weights[0])
+    return reorder(weight_ih), reorder(weight_hh), reorder(bias_ih + bias_hh)
+
+
 class LSTMCell(nn.Module):
     """LSTM (thesis Eq. 2.1) over a sequence, with the input gate optionally capped at ``1 - f`` (Sec. 4.6)."""
 
@@ -251,15 +283,16 @@ class LSTMCell(nn.Module):
         self, x: Tensor, state: CellState | None = None, state_mask: Tensor | None = None
     ) -> tuple[Tensor, CellState]:
         _check_input(x, self.input_size)
-        h0, c0 = state if state is not None else _zero_state(x, self.hidden_size)
-        if _use_eager(self.backend, x):
-            return _lstm_eager(
-                x, (h0, c0), state_mask, self.weight_ih, self.weight_hh, self.bias, self.capped_input_gate
-            )
-        outputs, h, c = _LSTMSequence.apply(
-            x, h0, c0, state_mask, self.weight_ih, self.weight_hh, self.bias, self.capped_input_gate
+        return lstm_sequence(
+            x,
+            state if state is not None else _zero_state(x, self.hidden_size),
+            state_mask,
+            self.weight_ih,
+            self.weight_hh,
+            self.bias,
+            self.capped_input_gate,
+            self.backend,
         )
-        return outputs, (h, c)
 
 
 # ----------------------------------------------------------------------------------------------------------------
