@@ -16,8 +16,9 @@ reported on CoLA's public in-domain dev set):
 
     OMP_NUM_THREADS=1 python experiments/encoders_cola.py --out runs/encoders-cola
 
-Writes ``OUT/results.json`` (commands, wall times, every summary) and prints both tables (markdown).
-Finished runs are reused: rerunning the command continues where it stopped.
+Table 2 takes one encoder at a time (pretraining, then its fine-tuning seeds). Writes
+``OUT/results.json`` (commands, wall times, every summary) after every fine-tuning and prints both
+tables (markdown). Finished runs are reused: rerunning the command continues where it stopped.
 """
 
 from __future__ import annotations
@@ -71,7 +72,13 @@ def main() -> None:
     parser.add_argument("--out", default="runs/encoders-cola")
     parser.add_argument("--steps", type=int, default=600, help="pretraining optimizer steps of every encoder")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument("--lambdas", type=float, nargs="+", default=[1.0], help="λ_DIM values (paper: 0.4..1.0)")
+    parser.add_argument(
+        "--lambdas",
+        type=float,
+        nargs="+",
+        default=[1.0, 0.8, 0.6, 0.4],
+        help="λ_DIM values, run in this order (App. B's grid)",
+    )
     parser.add_argument("--table3-encoder", default="bert-mlm", help="bert-mlm, or bert-nce to reuse it")
     parser.add_argument("--tables", nargs="+", default=["2", "3"])
     args = parser.parse_args()
@@ -79,14 +86,19 @@ def main() -> None:
     log: list[dict[str, Any]] = []
     results: dict[str, Any] = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}", "runs": log}
     encoders: dict[str, Path] = {}
+
+    def save() -> None:
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+
     if "2" in args.tables:
-        encoders["bert-nce"] = pretrain("bert-nce", "configs/ptb/bert-nce.yaml", out, args.steps, [], log)
-        for value in args.lambdas:
-            name = f"infoword-{value:g}"
-            weight = [f"objective.dim.weight={value}"]
-            encoders[name] = pretrain(name, "configs/ptb/infoword.yaml", out, args.steps, weight, log)
-        table2 = {name: finetune(name, "base", path, args.seeds, out, log) for name, path in encoders.items()}
-        results["table2"] = table2
+        # One encoder at a time, pretrained then fine-tuned, so that a stopped run leaves whole rows.
+        table2: dict[str, Any] = results.setdefault("table2", {})
+        plan = [("bert-nce", "configs/ptb/bert-nce.yaml", [])]
+        plan += [(f"infoword-{v:g}", "configs/ptb/infoword.yaml", [f"objective.dim.weight={v}"]) for v in args.lambdas]
+        for name, config, extra in plan:
+            encoders[name] = pretrain(name, config, out, args.steps, extra, log)
+            table2[name] = finetune(name, "base", encoders[name], args.seeds, out, log)
+            save()
         print("\n| encoder | CoLA MCC valid (held out) | CoLA MCC test (public dev) | paper (test, BASE) |")
         print("| --- | --- | --- | --- |")
         for name, summary in table2.items():
@@ -97,13 +109,15 @@ def main() -> None:
         if name not in encoders:
             config = "configs/ptb/bert-mlm.yaml" if name == "bert-mlm" else "configs/ptb/bert-nce.yaml"
             encoders[name] = pretrain(name, config, out, args.steps, [], log)
-        table3 = {v: finetune(name, v, encoders[name], args.seeds, out, log) for v in ("base", "mlm", "imm")}
-        results["table3"] = table3
+        table3: dict[str, Any] = results.setdefault("table3", {})
+        for variant in ("base", "mlm", "imm"):
+            table3[variant] = finetune(name, variant, encoders[name], args.seeds, out, log)
+            save()
         print(f"\n| fine-tuning ({name}) | CoLA MCC valid (held out) | CoLA MCC test (public dev) | paper |")
         print("| --- | --- | --- | --- |")
         for variant, summary in table3.items():
             print(f"| {variant} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {PAPER_TABLE3[variant]} |")
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    save()
 
 
 if __name__ == "__main__":
