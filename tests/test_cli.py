@@ -224,3 +224,16 @@ def run_cli_module(module, *args):
     import sys
 
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_overrides_and_options_in_any_order(capsys):
+    from infolm.cli.main import parse
+
+    args = parse(["finetune", "c.yaml", "a=1", "--seeds", "1,2", "b=2", "--json", "c=3"])
+    assert args.config == "c.yaml" and args.seeds == [1, 2] and args.json
+    assert args.overrides == ["a=1", "b=2", "c=3"]  # in the order given
+    with pytest.raises(SystemExit) as exit_info:
+        parse(["train", "c.yaml", "--json", "a=1", "--bogus"])
+    assert exit_info.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(["info", "extra"])  # no overrides to take it

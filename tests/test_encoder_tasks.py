@@ -147,9 +147,10 @@ def test_pretrain_then_finetune_over_two_seeds_with_a_summary(tmp_path, capsys, 
         capsys,
         monkeypatch,
         "finetune",
-        "--seeds=1,2",
         "configs/cola/finetune-imm.yaml",
         f"run.init_from={pretrain}",
+        "--seeds",  # after the config, between overrides
+        "1,2",
         f"run.dir={finetune}",
         "data.name=path",
         f"data.train={train}",
@@ -166,6 +167,9 @@ def test_pretrain_then_finetune_over_two_seeds_with_a_summary(tmp_path, capsys, 
     mcc = [summary["per_seed"][s]["test"]["mcc"] for s in ("1", "2")]
     assert abs(summary["summary"]["test"]["mcc"]["mean"] - sum(mcc) / 2) < 1e-12
     assert abs(summary["summary"]["test"]["mcc"]["std"] - abs(mcc[0] - mcc[1]) / 2**0.5) < 1e-12
+    for run in (pretrain, finetune / "seed-1"):  # masked-lm and classification sample no text
+        code, err = run_in_process(capsys, monkeypatch, "generate", str(run), "--max-tokens", "3")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "samples no text" in err, err
 
 
 def test_bad_cola_files_and_mismatched_runs_are_one_line_and_write_nothing(tmp_path, capsys, monkeypatch):

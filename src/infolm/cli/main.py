@@ -175,6 +175,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_generates(run_dir: str) -> None:
+    """A run of a task that samples no text (masked-lm, classification) is refused before loading."""
+    from pathlib import Path
+
+    from infolm.config import load_config
+    from infolm.tasks import TASKS
+
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.is_file():
+        return  # load_run names the problem
+
+    def generates(task: str) -> bool:
+        factory: Any = TASKS.get(task).factory  # a Task subclass
+        return bool(factory.generates)
+
+    name = load_config(saved).task["name"]
+    if not generates(name):
+        samplers = ", ".join(n for n in TASKS.names() if generates(n))
+        raise InfolmError(f"{run_dir} trains task {name}, which samples no text; generate runs of {samplers}")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
@@ -190,6 +211,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise InfolmError(f"--top-p must be in (0, 1], got {args.top_p}")
     if args.samples < 1:
         raise InfolmError(f"--samples must be positive, got {args.samples}")
+    _check_generates(args.run_dir)
     config, corpus, model = load_run(args.run_dir, "cpu")
     vocab = corpus.vocab
     char = corpus.level == "char"
@@ -427,8 +449,21 @@ def make_parser() -> Parser:
     return parser
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The arguments; a subcommand's ``key=value`` overrides may come before, between or after its
+    options (``infolm finetune CONFIG --seeds 1,2,3 run.init_from=RUN``)."""
+    parser = make_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        unknown = [item for item in extra if item.startswith("-")] if hasattr(args, "overrides") else extra
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    args = parse(argv)
     try:
         result: int = args.func(args)
         return result

@@ -122,6 +122,7 @@ class Task:
     carries_state: bool = False  # the trainer carries the model's state from one batch to the next
     provides: frozenset[str] = frozenset()  # batch features (FEATURES) the task's batches carry
     serves: frozenset[str] = frozenset({"causal-lm"})  # model protocols (PROTOCOLS) it can train
+    generates: bool = False  # implements ``generate`` (what ``infolm generate`` samples from)
 
     @classmethod
     def load_data(cls, config: Config) -> Any:

@@ -90,6 +90,7 @@ class Copy(Task):
     carries_state = False
     provides = frozenset({"next-token", "source-target"})
     serves = frozenset({"seq2seq"})
+    generates = True
 
     def __init__(self, config: CopyConfig) -> None:
         self.config = config

@@ -148,6 +148,7 @@ class SentenceLM(Task):
     carries_state = False
     provides = frozenset({"next-token", "sentences"})
     serves = frozenset({"causal-lm"})
+    generates = True
 
     def __init__(self, config: SentenceLMConfig) -> None:
         self.config = config

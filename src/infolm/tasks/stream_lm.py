@@ -63,6 +63,7 @@ class StreamLM(Task):
     carries_state = True
     provides = frozenset({"next-token", "stream", "carried-state"})
     serves = frozenset({"causal-lm"})
+    generates = True
 
     def __init__(self, config: StreamLMConfig) -> None:
         self.config = config
