@@ -17,8 +17,9 @@ reported on CoLA's public in-domain dev set):
     OMP_NUM_THREADS=1 python experiments/encoders_cola.py --out runs/encoders-cola
 
 Table 2 takes one encoder at a time (pretraining, then its fine-tuning seeds). Writes
-``OUT/results.json`` (commands, wall times, every summary) after every fine-tuning and prints both
-tables (markdown). Finished runs are reused: rerunning the command continues where it stopped.
+``OUT/results.json`` (commands, wall times, every summary; an earlier invocation's entries are kept)
+after every fine-tuning and prints both tables (markdown). Finished runs are reused: rerunning the
+command continues where it stopped.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def main() -> None:
     out = ROOT / args.out
     log: list[dict[str, Any]] = []
     results: dict[str, Any] = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}", "runs": log}
+    if (out / "results.json").is_file():  # an earlier invocation's tables and commands are kept
+        earlier = json.loads((out / "results.json").read_text())
+        log[:0] = earlier.get("runs", [])
+        results.update({key: earlier[key] for key in ("table2", "table3") if key in earlier})
     encoders: dict[str, Path] = {}
 
     def save() -> None:
