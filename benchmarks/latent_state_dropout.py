@@ -1,0 +1,147 @@
+"""Cost of the decoder's state dropout in ``latent-sentence-lstm``: the step-by-step path against the fused one.
+
+    python benchmarks/latent_state_dropout.py --json                 # hidden 128, 20 PTB sentences, 1 thread
+
+With ``dropout_state`` 0 the decoder is one fused ``nn.LSTM``; with ``dropout_state`` > 0 it runs, in training,
+through the step-by-step LSTM of ``models/cells.py`` on the same weights, reading h_{t-1} * M^state. Both models
+share their weights and their input and output dropout; they differ only in the state dropout. Timed, in
+interleaved rounds (``--stat``: the fastest round, or the median):
+
+* ``step_k{K}``: one training step (K draws, one folded decoder pass, the DReG surrogate of the KL objective,
+  backward, Adam), for each K of ``--samples``;
+* ``decoder``: the decoder alone, forward + backward of its outputs on K * B rows (K the largest of
+  ``--samples``), which isolates the LSTM.
+
+``*_ratio`` is the state-dropout time over the fused time of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from allocator_flag import add_allocator_flag, apply_allocator_flag
+from mc_objectives import ptb_sentences
+
+from infolm.latent import LatentVariableModel, objective_surrogate
+from infolm.latent.estimators import kl_objective
+from infolm.latent.sentence_lstm import SentenceLSTMModel
+from infolm.models import MODELS
+
+
+def training_step(
+    model: LatentVariableModel, tokens: torch.Tensor, lengths: torch.Tensor, k: int
+) -> Callable[[], None]:
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.0, 0.999))  # thesis Sec. 5.C
+    objective = kl_objective(0.5, k, k)
+    estimator = "dreg" if model.reparameterized else ("vimco" if k > 1 else "reinforce")
+
+    def run() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        out = objective_surrogate(model, tokens, lengths, objective, estimator)
+        (-out.surrogate.mean()).backward()
+        optimizer.step()
+
+    return run
+
+
+def decoder_pass(model: SentenceLSTMModel, inputs: torch.Tensor, p: float) -> Callable[[], None]:
+    def run() -> None:
+        mask = None
+        if p > 0.0:
+            mask = inputs.new_empty(inputs.size(0), model.config.hidden).bernoulli_(1 - p) / (1 - p)
+        model.decode(inputs, mask).sum().backward()
+
+    return run
+
+
+def interleaved(runs: dict[str, Callable[[], None]], repeats: int, stat: str) -> dict[str, float]:
+    """Seconds per call of each run, timed in alternating rounds after two warm-up calls each."""
+    for run in runs.values():
+        run()
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    reduce = min if stat == "min" else statistics.median
+    return {name: reduce(values) for name, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latent", default="gaussian", choices=("gaussian", "categorical"))
+    parser.add_argument("--hidden", type=int, default=128, help="embedding and hidden size (thesis: 128)")
+    parser.add_argument("--batch", type=int, default=20, help="sentences per batch")
+    parser.add_argument("--max-len", type=int, default=35, help="PTB sentences cut to this many tokens (thesis: 35)")
+    parser.add_argument("--samples", type=int, nargs="+", default=[1, 16], help="K of the training steps")
+    parser.add_argument("--dropout-state", type=float, default=0.3, help="the state-dropout rate timed")
+    parser.add_argument("--dropout", type=float, default=0.3, help="input and output dropout of both models")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--stat", default="min", choices=("min", "median"))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave the default)")
+    parser.add_argument("--json", action="store_true")
+    add_allocator_flag(parser)
+    args = parser.parse_args()
+    apply_allocator_flag(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    tokens, lengths, vocab = ptb_sentences(args.batch, args.max_len)
+    settings = {
+        "latent": args.latent,
+        "embedding": args.hidden,
+        "hidden": args.hidden,
+        "dropout_input": args.dropout,
+        "dropout_output": args.dropout,
+    }
+    fused = MODELS.build("latent-sentence-lstm", settings, vocab_size=vocab)
+    stepped = MODELS.build("latent-sentence-lstm", {**settings, "dropout_state": args.dropout_state}, vocab_size=vocab)
+    assert isinstance(fused, SentenceLSTMModel) and isinstance(stepped, SentenceLSTMModel)
+    stepped.load_state_dict(copy.deepcopy(fused.state_dict()))  # the same weights
+    fused.train(), stepped.train()
+
+    result: dict[str, object] = {
+        "model": f"latent-sentence-lstm ({args.latent}, hidden {args.hidden}, vocab {vocab})",
+        "batch": args.batch,
+        "tokens": int(lengths.sum()),
+        "dropout_state": args.dropout_state,
+        "threads": torch.get_num_threads(),
+        "stat": args.stat,
+    }
+    for k in args.samples:
+        seconds = interleaved(
+            {"fused": training_step(fused, tokens, lengths, k), "state": training_step(stepped, tokens, lengths, k)},
+            args.repeats,
+            args.stat,
+        )
+        result[f"step_k{k}_fused_s"] = round(seconds["fused"], 4)
+        result[f"step_k{k}_state_dropout_s"] = round(seconds["state"], 4)
+        result[f"step_k{k}_ratio"] = round(seconds["state"] / seconds["fused"], 2)
+    rows = max(args.samples) * args.batch
+    inputs = torch.randn(rows, int(tokens.size(1)), fused.decoder.input_size)
+    seconds = interleaved(
+        {"fused": decoder_pass(fused, inputs, 0.0), "state": decoder_pass(stepped, inputs, args.dropout_state)},
+        args.repeats,
+        args.stat,
+    )
+    result["decoder_rows"] = rows
+    result["decoder_fused_ms"] = round(1000 * seconds["fused"], 2)
+    result["decoder_state_dropout_ms"] = round(1000 * seconds["state"], 2)
+    result["decoder_ratio"] = round(seconds["state"] / seconds["fused"], 2)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
