@@ -1,4 +1,5 @@
-"""WordPiece subwords (BERT's tokenization), trained with the ``tokenizers`` library and saved as JSON.
+"""WordPiece subwords (BERT's tokenization): trained by :mod:`infolm.data.wordpiece_trainer`
+(deterministic), applied, saved and loaded as JSON by the ``tokenizers`` library.
 
 Special tokens come first, always with the same ids: ``[PAD]`` 0, ``[UNK]`` 1, ``[CLS]`` 2, ``[SEP]`` 3,
 ``[MASK]`` 4. A word's first subword is plain, its continuations start with ``##`` (BERT's
@@ -11,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from infolm.data.wordpiece_trainer import train_vocabulary
 from infolm.errors import InfolmError
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -53,6 +57,36 @@ def _normalize_unk(text: str) -> str:
     return text
 
 
+def _empty_tokenizer(tk: Any, config: WordPieceConfig) -> Any:
+    """BERT's normalizer, pre-tokenizer and decoder around a WordPiece model of the specials alone."""
+    tokenizer = tk.Tokenizer(tk.models.WordPiece({token: index for index, token in enumerate(SPECIALS)}, unk_token=UNK))
+    tokenizer.normalizer = tk.normalizers.BertNormalizer(lowercase=config.lowercase, strip_accents=config.lowercase)
+    tokenizer.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = tk.decoders.WordPiece(prefix=CONTINUATION)
+    return tokenizer
+
+
+_SPECIAL_SPLIT = re.compile("|".join(re.escape(token) for token in SPECIALS))
+
+
+def word_counts(tokenizer: Any, lines: Iterable[str]) -> Counter[str]:
+    """Occurrences of each word of ``lines``, normalized and pre-tokenized by ``tokenizer``. A special
+    token in the text (``<unk>`` is read as ``[UNK]``) is not a word: encoding keeps it whole, so its
+    spelling is not subword material. (The library's trainer counts ``[UNK]`` as the words ``[``,
+    ``unk``, ``]``.)"""
+    # words never span a space, so each distinct space-separated chunk is normalized and split once
+    chunks: Counter[str] = Counter()
+    for line in lines:
+        chunks.update(line.split(" "))
+    counts: Counter[str] = Counter()
+    for chunk, n in chunks.items():
+        for part in _SPECIAL_SPLIT.split(_normalize_unk(chunk)):
+            normalized = tokenizer.normalizer.normalize_str(part)
+            for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalized):
+                counts[word] += n
+    return counts
+
+
 class WordPiece:
     """A trained WordPiece tokenizer: ``encode`` lines to ids (no specials added), ``decode`` back."""
 
@@ -64,20 +98,18 @@ class WordPiece:
 
     @classmethod
     def train(cls, lines: Iterable[str], config: WordPieceConfig | None = None) -> WordPiece:
+        """Train on ``lines`` with :mod:`infolm.data.wordpiece_trainer` (deterministic): the same lines and
+        settings give the same tokens and ids in every process."""
         tk = _tokenizers()
         config = config or WordPieceConfig()
-        tokenizer = tk.Tokenizer(tk.models.WordPiece(unk_token=UNK, continuing_subword_prefix=CONTINUATION))
-        tokenizer.normalizer = tk.normalizers.BertNormalizer(lowercase=config.lowercase, strip_accents=config.lowercase)
-        tokenizer.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
-        tokenizer.decoder = tk.decoders.WordPiece(prefix=CONTINUATION)
-        trainer = tk.trainers.WordPieceTrainer(
-            vocab_size=config.vocab_size,
-            min_frequency=config.min_frequency,
-            special_tokens=list(SPECIALS),
-            continuing_subword_prefix=CONTINUATION,
-            show_progress=False,
+        tokenizer = _empty_tokenizer(tk, config)
+        tokens = train_vocabulary(
+            word_counts(tokenizer, lines), config.vocab_size, config.min_frequency, SPECIALS, CONTINUATION
         )
-        tokenizer.train_from_iterator((_normalize_unk(line) for line in lines), trainer=trainer)
+        tokenizer.model = tk.models.WordPiece(
+            {token: index for index, token in enumerate(tokens)}, unk_token=UNK, continuing_subword_prefix=CONTINUATION
+        )
+        tokenizer.add_special_tokens(list(SPECIALS))
         return cls(tokenizer)
 
     @classmethod
