@@ -7,7 +7,8 @@ Both run in this process, alternating, ``--repeats`` times each; the median wall
 reported, with the ratio. Also reported: whether every infolm training gave the same vocabulary
 (digest), how many distinct vocabularies the library's repeats gave, and how many tokens the two
 token sets differ by (the library counts a ``[UNK]`` in the text as the words ``[``, ``unk``, ``]``;
-infolm does not). Set ``RAYON_NUM_THREADS=1`` to hold the library to one thread, as infolm is.
+infolm does not: ``--drop-unk`` removes ``<unk>`` to compare the algorithms alone). Set
+``RAYON_NUM_THREADS=1`` to hold the library to one thread, as infolm is.
 """
 
 from __future__ import annotations
@@ -48,10 +49,13 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--min-frequency", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--drop-unk", action="store_true", help="remove <unk> from the lines (compares the algorithms)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
 
     lines = corpus_lines(load_corpus(DataConfig(name=args.data)), "train")
+    if args.drop_unk:
+        lines = [" ".join(word for word in line.split(" ") if word != "<unk>") for line in lines]
     config = WordPieceConfig(vocab_size=args.vocab_size, min_frequency=args.min_frequency)
     infolm_seconds, library_seconds, digests, library_vocabs = [], [], set(), set()
     ours: dict[str, int] = {}
@@ -72,6 +76,7 @@ def main() -> None:
         "lines": len(lines),
         "words": sum(len(line.split()) for line in lines),
         "vocab_size": args.vocab_size,
+        "drop_unk": args.drop_unk,
         "infolm_s": statistics.median(infolm_seconds),
         "library_s": statistics.median(library_seconds),
         "ratio": statistics.median(infolm_seconds) / statistics.median(library_seconds),
