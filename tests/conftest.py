@@ -46,6 +46,36 @@ def copy_task_files(tmp_path_factory):
     return {"name": "path", "level": "word", **{split: str(path) for split, path in paths.items()}}
 
 
+@pytest.fixture(scope="session")
+def ptb_slice_files(tmp_path_factory):
+    """The first 150 / 30 / 30 lines of PTB as text files for ``data.name=path``: the data section."""
+    from infolm.data import read_text
+
+    out = tmp_path_factory.mktemp("ptb-slice")
+    section = {"name": "path", "level": "word"}
+    for split, count in (("train", 150), ("valid", 30), ("test", 30)):
+        lines = read_text(ROOT / "src/infolm/data/ptb" / f"ptb.{split}.txt.gz").splitlines()[:count]
+        (out / f"{split}.txt").write_text("\n".join(lines) + "\n")
+        section[split] = str(out / f"{split}.txt")
+    return section
+
+
+@pytest.fixture(scope="session")
+def cola_task_files(tmp_path_factory):
+    """A tiny CoLA-format set (100 labelled sentences, 90 to train on; the same file as test) for ``data.name=path``."""
+    import numpy as np
+
+    out = tmp_path_factory.mktemp("cola")
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "dog", "sat", "ran", "on", "a", "mat", "big", "small"]
+    rows = [(1, " ".join(rng.choice(words, size=5))) for _ in range(66)]
+    rows += [(0, " ".join(rng.choice(words, size=3)) + " sat sat") for _ in range(34)]
+    text = "".join(f"src\t{label}\t\t{sentence}\n" for label, sentence in rows)
+    (out / "train.tsv").write_text(text)
+    (out / "test.tsv").write_text(text)
+    return {"name": "path", "train": str(out / "train.tsv"), "test": str(out / "test.tsv")}
+
+
 def tiny_model(name: str, vocab_size: int, **overrides):
     from infolm.models import MODELS
 

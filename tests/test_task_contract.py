@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from infolm.build import build_model, build_objective, build_task
+from infolm.build import task_data as build_task_data
 from infolm.config import load_config
 from infolm.tasks import TASKS, Metrics, Task
 from infolm.training import Trainer
@@ -41,31 +42,47 @@ SMALL = {
         "objective": {"mle": {}},
         "optim": {"name": "adam", "lr": 0.01},
     },
+    "encoder": {
+        "model": {"name": "bert", "dim": 16, "layers": 1, "heads": 2, "ff_dim": 32, "max_len": 32, "num_labels": 2},
+        "objective": {"mlm": {}},
+        "optim": {"name": "adam", "lr": 0.001},
+    },
 }
-CHEAP = {"sentence-latent": {"valid_samples": 2, "test_samples": 2, "chunk": 2}}
-# Tasks that read their own kind of file instead of PTB text: the fixture giving their data section.
-OWN_DATA = {"copy": "copy_task_files"}
+CHEAP = {
+    "sentence-latent": {"valid_samples": 2, "test_samples": 2, "chunk": 2},
+    "masked-lm": {"max_len": 24, "vocab_size": 300},
+    "classification": {"max_len": 24, "vocab_size": 60, "min_frequency": 1},
+}
+# The training term of a task whose protocol's default term does not fit it.
+OBJECTIVE = {"classification": {"classification": {}}}
+# Tasks that read their own kind of file instead of the PTB slice: the fixture giving their data section.
+OWN_DATA = {"copy": "copy_task_files", "masked-lm": "ptb_slice_files", "classification": "cola_task_files"}
+# Tasks whose data is not a word-level corpus (WordPiece rows): built by the task from the config.
+TASK_BUILT_DATA = {"masked-lm", "classification"}
 
-# Tasks of the protocols above. The encoder tasks (masked-lm, classification) train on WordPiece data
-# that these tests do not build yet; tests/test_encoder_tasks.py checks their batches, resumption and
-# a run end to end.
-TASK_NAMES = [n for n in TASKS.names() if TASKS.get(n).factory.serves & set(SMALL)]
+TASK_NAMES = list(TASKS.names())
 
 
 def small_sections(name):
     protocols = sorted(TASKS.get(name).factory.serves & set(SMALL))
     assert protocols, f"add a small model for one of the protocols task {name} serves"
-    return {"task": {"name": name, **CHEAP.get(name, {})}, **SMALL[protocols[0]]}
+    sections = {"task": {"name": name, **CHEAP.get(name, {})}, **SMALL[protocols[0]]}
+    if name in OBJECTIVE:
+        sections["objective"] = OBJECTIVE[name]
+    return sections
 
 
-def task_data(name, request, small_corpus):
-    """The data section (None: the PTB slice) and the corpus task ``name`` trains on in these tests."""
+def task_data(name, request, small_corpus, run_dir=None):
+    """The data section (None: the PTB slice) and the corpus task ``name`` trains on in these tests
+    (for tasks that build their own data, with the tokenizer of a run in ``run_dir``)."""
     if name not in OWN_DATA:
         return None, small_corpus
     from infolm.config import DataConfig
     from infolm.data import load_corpus
 
     section = request.getfixturevalue(OWN_DATA[name])
+    if name in TASK_BUILT_DATA:
+        return section, build_task_data(task_config(name, run_dir, data=section))
     return section, load_corpus(DataConfig(**section))
 
 
@@ -99,11 +116,11 @@ def walk(batches, count):
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_batches_resume_where_they_were_saved(name, request, small_corpus):
+def test_batches_resume_where_they_were_saved(name, request, small_corpus, tmp_path):
     """state_dict/load_state_dict: a fresh iterator loaded mid-epoch (and right after an epoch end)
     yields exactly the batches the saved one goes on to yield, across later epoch ends."""
-    data, corpus = task_data(name, request, small_corpus)
-    task = build_task(task_config(name, None, "data.variable_bptt=true", data=data), corpus)
+    data, corpus = task_data(name, request, small_corpus, tmp_path)
+    task = build_task(task_config(name, tmp_path, "data.variable_bptt=true", data=data), corpus)
     batches = task.train_batches()
     per_epoch = len(batches)
     walk(batches, per_epoch // 2)
@@ -119,9 +136,9 @@ def test_batches_resume_where_they_were_saved(name, request, small_corpus):
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_ranks_see_disjoint_rows_of_the_same_batches(name, request, small_corpus):
-    data, corpus = task_data(name, request, small_corpus)
-    task = build_task(task_config(name, data=data), corpus)
+def test_ranks_see_disjoint_rows_of_the_same_batches(name, request, small_corpus, tmp_path):
+    data, corpus = task_data(name, request, small_corpus, tmp_path)
+    task = build_task(task_config(name, tmp_path, data=data), corpus)
     whole, halves = task.train_batches(0, 1), [task.train_batches(rank, 2) for rank in (0, 1)]
     for _ in range(len(whole) + 2):
         full = whole.next_batch()
@@ -136,9 +153,9 @@ def test_ranks_see_disjoint_rows_of_the_same_batches(name, request, small_corpus
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_evaluation_is_deterministic_and_restores_the_mode(name, request, small_corpus):
-    data, corpus = task_data(name, request, small_corpus)
-    config = task_config(name, data=data)
+def test_evaluation_is_deterministic_and_restores_the_mode(name, request, small_corpus, tmp_path):
+    data, corpus = task_data(name, request, small_corpus, tmp_path)
+    config = task_config(name, tmp_path, data=data)
     task = build_task(config, corpus)
     torch.manual_seed(0)
     model = build_model(config, len(corpus.vocab))
@@ -150,42 +167,42 @@ def test_evaluation_is_deterministic_and_restores_the_mode(name, request, small_
     assert first.log_name(first.selection) in first.logged()
 
 
-class SelectHighest(Task):
-    """A task's batches with its selection metric read as higher-is-better (picks the worst weights)."""
+class Selecting(Task):
+    """A task's batches with its selection metric read in the given direction (whatever the task says)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, higher_is_better):
         self.inner, self.carries_state, self.provides = inner, inner.carries_state, inner.provides
+        self.higher_is_better = higher_is_better
 
     def train_batches(self, rank=0, world=1):
         return self.inner.train_batches(rank, world)
 
     def evaluate(self, model, split, device="cpu"):
         m = self.inner.evaluate(model, split, device)
-        return Metrics(m.values, m.selection, higher_is_better=True, log_names=m.log_names)
+        return Metrics(m.values, m.selection, higher_is_better=self.higher_is_better, log_names=m.log_names)
 
 
-@pytest.mark.parametrize("flip", [False, True], ids=["lower-is-better", "higher-is-better"])
+@pytest.mark.parametrize("higher", [False, True], ids=["lower-is-better", "higher-is-better"])
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_the_selection_metric_decides_best_and_early_stopping(name, flip, request, small_corpus, tmp_path):
-    data, corpus = task_data(name, request, small_corpus)
+def test_the_selection_metric_decides_best_and_early_stopping(name, higher, request, small_corpus, tmp_path):
+    data, corpus = task_data(name, request, small_corpus, tmp_path)
     extra = ("train.max_steps=12", "train.eval_every=3", "train.early_stopping=2")
     config = task_config(name, tmp_path, *extra, data=data)
-    task = build_task(config, corpus)
-    if flip:
-        task = SelectHighest(task)
+    task = Selecting(build_task(config, corpus), higher)
     torch.manual_seed(0)
     model = build_model(config, len(corpus.vocab))
     objective = build_objective(config)
     objective.setup(corpus, model)
     Trainer(config, model, objective, task).fit()
     evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("split") == "valid"]
-    pick = max if flip else min
+    pick = max if higher else min
     key = next(k[len("best_") :] for k in evals[0] if k.startswith("best_"))  # the selection metric's log name
     chosen = pick(evals, key=lambda r: r[key])
     best_meta = json.loads((tmp_path / "checkpoints/best/meta.json").read_text())
     assert best_meta["step"] == chosen["step"]
     assert evals[-1][f"best_{key}"] == chosen[key]
-    improving = [e for i, e in enumerate(evals) if e[key] == pick(x[key] for x in evals[: i + 1])]
+    better = (lambda a, b: a > b) if higher else (lambda a, b: a < b)  # noqa: E731  (a tie is no improvement)
+    improving = [e for i, e in enumerate(evals) if all(better(e[key], x[key]) for x in evals[:i])]
     bad_run = len(evals) - 1 - evals.index(improving[-1])
     assert bad_run <= 2  # never more evaluations without improvement than the patience
     if evals[-1]["step"] < 12:  # stopped early: after exactly two evaluations without improvement
@@ -197,7 +214,13 @@ def final_weights(run_dir):
     return load_file(str(ckpts[-1] / "model.safetensors"))
 
 
-@pytest.mark.parametrize("name", TASK_NAMES)
+# Two processes training WordPiece on the same text get different vocabularies (the tokenizers library's
+# trainer breaks ties in hash-map order: huggingface/tokenizers#1794), so two masked-lm runs differ.
+TOKENIZER_NONDETERMINISTIC = pytest.mark.xfail(strict=True, reason="WordPiece training is not deterministic")
+KILL_CASES = [pytest.param(n, marks=TOKENIZER_NONDETERMINISTIC) if n == "masked-lm" else n for n in TASK_NAMES]
+
+
+@pytest.mark.parametrize("name", KILL_CASES)
 def test_run_killed_mid_epoch_resumes_bit_for_bit(name, request, tmp_path):
     config = tmp_path / "config.yaml"
     data = {"name": "ptb", "batch_size": 8, "eval_batch_size": 4, "bptt": 20, "max_eval_tokens": 600}

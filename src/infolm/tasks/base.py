@@ -178,10 +178,11 @@ def set_numpy_rng_state(rng: np.random.Generator, state: dict[str, Any]) -> None
 
 
 class ShuffledBatches:
-    """Rows shuffled each epoch into batches of ``batch_size``; rank ``rank`` takes rows
-    ``rank::world`` of each batch, and ``make(rows, rng)`` builds the batch with a generator seeded by
-    (seed, epoch, position, rank), so a batch's random choices (masks) do not depend on what came
-    before. Resumable: the state is the random state at the epoch's start and the position."""
+    """Rows shuffled each epoch into batches of ``batch_size``; ``make(rows, rng)`` builds the whole
+    batch with a generator seeded by (seed, epoch, position), so a batch's random choices (masks) do
+    not depend on what came before, and rank ``rank`` keeps rows ``rank::world`` of it: the ranks
+    together train on exactly the batch one process would. Resumable: the state is the random state
+    at the epoch's start and the position."""
 
     def __init__(
         self,
@@ -210,10 +211,13 @@ class ShuffledBatches:
             self.epoch += 1
             self._start_epoch()
             return None
-        rows = self.order[self.position][self.rank :: self.world]
-        rng = np.random.default_rng([self.seed, self.epoch, self.position, self.rank])
+        rows = self.order[self.position]
+        rng = np.random.default_rng([self.seed, self.epoch, self.position, 0])  # the 0: as single-process runs drew
         self.position += 1
-        return self.make(rows, rng)
+        batch = self.make(rows, rng)
+        if self.world == 1:
+            return batch
+        return batch.rows(torch.arange(self.rank, len(rows), self.world))
 
     def __len__(self) -> int:
         return len(self.order)
