@@ -214,13 +214,7 @@ def final_weights(run_dir):
     return load_file(str(ckpts[-1] / "model.safetensors"))
 
 
-# Two processes training WordPiece on the same text get different vocabularies (the tokenizers library's
-# trainer breaks ties in hash-map order: huggingface/tokenizers#1794), so two masked-lm runs differ.
-TOKENIZER_NONDETERMINISTIC = pytest.mark.xfail(strict=True, reason="WordPiece training is not deterministic")
-KILL_CASES = [pytest.param(n, marks=TOKENIZER_NONDETERMINISTIC) if n == "masked-lm" else n for n in TASK_NAMES]
-
-
-@pytest.mark.parametrize("name", KILL_CASES)
+@pytest.mark.parametrize("name", TASK_NAMES)
 def test_run_killed_mid_epoch_resumes_bit_for_bit(name, request, tmp_path):
     config = tmp_path / "config.yaml"
     data = {"name": "ptb", "batch_size": 8, "eval_batch_size": 4, "bptt": 20, "max_eval_tokens": 600}
