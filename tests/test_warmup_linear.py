@@ -141,3 +141,16 @@ def test_a_warmup_longer_than_the_epochs_is_refused():
     lr = schedule(warmup_steps=30)
     with pytest.raises(InfolmError, match=r"warmup_steps \(30\) must be less than the run's total updates \(20\)"):
         lr.set_horizon(20)
+
+
+def test_a_warmup_longer_than_the_epochs_is_refused_and_leaves_no_run(tmp_path):
+    config = small_run_config(tmp_path, warmup_steps=1000)  # max_steps 24 would refuse it at once
+    run_dir = tmp_path / "run"
+    result = run_cli("train", str(config), f"run.dir={run_dir}", "train.max_steps=null", "train.epochs=1")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "optim.warmup_steps (1000) must be less than the run's total updates" in result.stderr
+    assert not (run_dir / "config.yaml").exists() and {p.name for p in run_dir.iterdir()} <= {".lock", ".lock.owner"}
+    fixed = ["train.max_steps=null", "train.epochs=1", "optim.warmup_steps=2", "train.eval_every=0"]
+    result = run_cli("train", str(config), f"run.dir={run_dir}", *fixed)
+    assert result.returncode == 0, result.stderr

@@ -162,6 +162,21 @@ def prepare_run_dir(config: Config, corpus: Corpus, overrides: list[str]) -> Non
         (run_dir / ".vocab.json.tmp").replace(vocab_path)
 
 
+def _remove_new_run(run_dir: Path) -> None:
+    """Delete what a run that failed to start wrote in its directory (the lock files stay)."""
+    import shutil
+
+    from infolm.training.run_lock import LOCK, OWNER
+
+    for path in run_dir.iterdir():
+        if path.name in (LOCK, OWNER):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
 def run_meta(config: Config, corpus: Corpus) -> dict[str, Any]:
     import platform
 
@@ -214,9 +229,15 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     # One process per run directory (the rank-0 process under torchrun; the others write nothing).
     with run_dir_lock(run_dir) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext():
         check_run_dir(config, run_dir)  # again, now that no other process can write there
-        prepare_run_dir(config, corpus, list(overrides or []))
-        task = build_task(config, corpus)
-        trainer = Trainer(config, model, objective, task, averager=averager, meta=run_meta(config, corpus))
+        fresh = not (run_dir / "config.yaml").exists()  # then the directory holds only the lock files
+        try:
+            prepare_run_dir(config, corpus, list(overrides or []))
+            task = build_task(config, corpus)
+            trainer = Trainer(config, model, objective, task, averager=averager, meta=run_meta(config, corpus))
+        except InfolmError:
+            if fresh:  # a setting refused once the task is built (a warmup longer than the run): no half-made run
+                _remove_new_run(run_dir)
+            raise
         try:
             summary = trainer.fit()
         finally:
