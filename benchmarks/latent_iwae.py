@@ -11,12 +11,12 @@ Prints the seconds of each, ``folded_vs_separate`` (the goal is <= 0.5) and the 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
 from allocator_flag import add_allocator_flag, apply_allocator_flag
+from report import print_result  # benchmarks/report.py, beside this script
 
 from infolm.config import DataConfig
 from infolm.data import load_corpus
@@ -88,11 +88,7 @@ def main() -> None:
         "separate_s": round(t_separate, 4),
         "folded_vs_separate": round(t_folded / t_separate, 3),
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":

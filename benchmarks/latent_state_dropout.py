@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from collections.abc import Callable
 import torch
 from allocator_flag import add_allocator_flag, apply_allocator_flag
 from mc_objectives import ptb_sentences
+from report import print_result  # benchmarks/report.py, beside this script
 
 from infolm.latent import LatentVariableModel, objective_surrogate
 from infolm.latent.estimators import kl_objective
@@ -135,11 +135,7 @@ def main() -> None:
         result[f"decoder_k{k}_fused_ms"] = round(1000 * seconds["fused"], 2)
         result[f"decoder_k{k}_state_dropout_ms"] = round(1000 * seconds["state"], 2)
         result[f"decoder_k{k}_ratio"] = round(seconds["state"] / seconds["fused"], 2)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":

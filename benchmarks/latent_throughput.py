@@ -14,7 +14,6 @@ each (tokens: the scored positions, words and <eos>) and ``vs_plain_loop`` (the 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import tempfile
@@ -23,6 +22,7 @@ import time
 import torch
 import torch.nn.functional as F
 from allocator_flag import add_allocator_flag, apply_allocator_flag
+from report import print_result  # benchmarks/report.py, beside this script
 from torch import Tensor, nn
 
 from infolm.build import build_model, build_objective, build_task
@@ -143,11 +143,7 @@ def main() -> None:
         "vs_plain_loop": round(infolm_rate / plain_rate, 3),
         "vs_plain_loop_median_block": round(statistics.median(paired), 3),
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":

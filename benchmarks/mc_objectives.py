@@ -15,13 +15,13 @@ checking both give the same ln p(x|z).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
 from allocator_flag import add_allocator_flag, apply_allocator_flag
+from report import print_result  # benchmarks/report.py, beside this script
 
 from infolm.config import DataConfig
 from infolm.data import load_corpus
@@ -131,11 +131,7 @@ def main() -> None:
             "chunk": args.chunk,
         }
     )
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ the per-block-pair ratios) and the share of padded positions, bucketed and not.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from allocator_flag import add_allocator_flag, apply_allocator_flag
+from report import print_result  # benchmarks/report.py, beside this script
 from torch import nn
 
 from infolm.build import build_model, build_objective, build_task, task_data
@@ -132,11 +132,7 @@ def main() -> None:
             "padded_share": padding_share(build_task(config, corpus), 200),
             "padded_share_unbucketed": padding_share(unbucketed, 200),
         }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":
