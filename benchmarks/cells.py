@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 from allocator_flag import add_allocator_flag, apply_allocator_flag
+from timing import interleaved  # benchmarks/timing.py, beside this script
 from torch import nn
 
 from infolm.models.cells import LSTMCell, MogrifierLSTMCell, RLSTMCell
@@ -44,17 +43,7 @@ def measure(
         models[f"mogrifier{suffix}"] = MogrifierLSTMCell(hidden, hidden, rounds=rounds, rank=rank, backend=backend)
         models[f"rlstm{suffix}"] = RLSTMCell(hidden, hidden, backend=backend)
     runs = {name: _step(module, x) for name, module in models.items()}
-    for run in runs.values():  # warm-up
-        run()
-        run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    reduce = min if stat == "min" else statistics.median
-    medians = {name: 1000.0 * reduce(values) for name, values in times.items()}
+    medians = {name: 1000.0 * seconds for name, seconds in interleaved(runs, repeats, stat).items()}
     ratios = {f"{name}_vs_nn_lstm": medians[name] / medians["nn_lstm"] for name in medians if name != "nn_lstm"}
     return {"hidden": hidden, "ms": medians, **ratios}
 

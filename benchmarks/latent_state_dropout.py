@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 from allocator_flag import add_allocator_flag, apply_allocator_flag
 from mc_objectives import ptb_sentences
-from report import print_result  # benchmarks/report.py, beside this script
+from report import print_result  # benchmarks/report.py and timing.py, beside this script
+from timing import interleaved
 
 from infolm.latent import LatentVariableModel, objective_surrogate
 from infolm.latent.estimators import kl_objective
@@ -58,21 +57,6 @@ def decoder_pass(model: SentenceLSTMModel, inputs: torch.Tensor, p: float) -> Ca
         model.decode(inputs, mask).sum().backward()
 
     return run
-
-
-def interleaved(runs: dict[str, Callable[[], None]], repeats: int, stat: str) -> dict[str, float]:
-    """Seconds per call of each run, timed in alternating rounds after two warm-up calls each."""
-    for run in runs.values():
-        run()
-        run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    reduce = min if stat == "min" else statistics.median
-    return {name: reduce(values) for name, values in times.items()}
 
 
 def main() -> None:
