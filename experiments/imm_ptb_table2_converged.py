@@ -8,7 +8,8 @@ perplexity of each model's induced bigram (Table 1). Per seed:
 * ``none``             ``configs/ptb/imm-table2-cpu-continue.yaml`` from the baseline's best weights (MLE);
 * ``noising``          the same with Xie et al.'s KN-bigram noising in place of MLE;
 * ``imm``              the same with MLE + IMM, the faithful default (fresh samples at every position);
-* ``imm-positions-8``  IMM on 8 positions drawn per batch (the opt-in approximation; same expected gradient).
+* ``imm-positions-8``  IMM on 8 positions drawn per batch (the opt-in approximation; same expected gradient);
+* ``imm-in-batch``     IMM at every position with the batch's own positions as the samples (opt-in).
 
 ``train`` runs the arms ``--jobs`` at a time (a seed's continuations start when its baseline ends),
 stops whatever still trains at ``--deadline-s`` minus ``--eval-reserve-s`` (such a run is reported as
@@ -49,6 +50,7 @@ ARMS: dict[str, list[str]] = {
     "noising": ["objective={noising: {weight: 1.0, gamma0: 0.2, mode: bigram-kn}}"],
     "imm": [IMM],
     "imm-positions-8": [IMM, "objective.imm.positions_per_batch=8"],
+    "imm-in-batch": [IMM, "objective.imm.realization=in-batch"],
 }
 # Table 2 (valid / test perplexity, 2x1500 LSTM) and Table 1 (induced bigram, test perplexity)
 PAPER = {
@@ -57,6 +59,7 @@ PAPER = {
     "noising": (76.7, 73.9, None),
     "imm": (76.0, 73.3, 278.48),
     "imm-positions-8": None,
+    "imm-in-batch": None,
 }
 
 
@@ -333,6 +336,7 @@ def plot(per_seed: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
         "noising": "tab:orange",
         "imm": "tab:green",
         "imm-positions-8": "tab:red",
+        "imm-in-batch": "tab:purple",
     }
     for arm, runs in per_seed.items():
         for index, (seed, found) in enumerate(sorted(runs.items())):

@@ -189,7 +189,7 @@ def test_weight_zero_leaves_training_unchanged() -> None:
     assert torch.equal(plain_rng, zero_rng)
 
 
-@pytest.mark.parametrize("realization", ["replay", "state-bank"])
+@pytest.mark.parametrize("realization", ["replay", "state-bank", "in-batch"])
 def test_imm_branch_leaves_primary_state_and_gradient_untouched(realization: str) -> None:
     stream = make_stream()
     batches = windows(stream)
@@ -509,3 +509,90 @@ def test_crosstalk_backward_recomputes_under_the_forward_autocast() -> None:
     (got,) = torch.autograd.grad(loss, weight)
     assert torch.allclose(loss, reference, atol=1e-4)
     assert torch.allclose(got, expected, rtol=2e-2, atol=2e-3)  # bf16 matmuls in both graphs
+
+
+def in_batch_by_hand(imm: IMM, batch: Batch, logits: Tensor) -> Tensor:
+    """Eqs. 12 and 15 with every batch position of a short context as its samples, written per
+    position and per context with Python loops (the implementation groups with scatters)."""
+    length = imm.context_len
+    inputs, targets = batch.inputs, batch.targets
+    groups: dict[tuple[int, ...], list[Tensor]] = {}
+    positions: list[tuple[int, ...]] = []
+    for row in range(inputs.size(0)):
+        for t in range(length - 1, inputs.size(1)):
+            context = tuple(inputs[row, t - length + 1 : t + 1].tolist())
+            if targets[row, t] == -100 or int(imm.index.lookup(torch.tensor([context]))[0]) < 0:
+                continue
+            groups.setdefault(context, []).append(torch.softmax(logits[row, t], -1))
+            positions.append(context)
+    losses = []
+    for context in positions:  # each position's IMM term: its context's samples are all its occurrences
+        target = imm.restricted.next_token_distribution(torch.tensor([context]))[0].to(logits.dtype)
+        induced = torch.stack(groups[context]).mean(0)  # (V,) 1/m Σ_i Q(·|sh, x_i), Eq. 15
+        losses.append(-(target * induced.log()).sum())
+    return torch.stack(losses).mean()  # the mean over positions, Eq. 10
+
+
+def test_in_batch_realization_is_eq15_over_the_batch_positions_of_each_context() -> None:
+    """in-batch with k >= every context's count: the induced model of a context is the mean of the
+    primary pass's predictions at all its batch positions; loss and gradient equal the hand version."""
+    stream = make_stream(seed=3)
+    torch.manual_seed(16)
+    model = TinyLSTM().double()
+    imm = make_imm(stream, model, realization="in-batch", k=50, j=1)
+    batch = windows(stream, batch_size=4, bptt=12)[2]
+    targets = batch.targets.clone()
+    targets[1, 5:] = -100  # padding: neither a term nor a sample
+    batch = dataclasses.replace(batch, targets=targets)
+    torch.manual_seed(17)
+    output = model(batch.inputs)
+    loss = imm(model, batch, output).losses["imm"]
+    (got,) = torch.autograd.grad(loss, [model.rnn.weight_hh_l0], retain_graph=True)
+    expected = in_batch_by_hand(imm, batch, output.logits)
+    (want,) = torch.autograd.grad(expected, [model.rnn.weight_hh_l0])
+    assert math.isclose(loss.item(), expected.item(), rel_tol=1e-10)
+    assert torch.allclose(got, want, atol=1e-10) and got.abs().sum() > 0
+    shared = [c for c in range(VOCAB) if int((batch.inputs[targets != -100] == c).sum()) > 1]
+    assert shared  # the batch does share contexts, so the grouping is exercised
+
+
+def test_in_batch_realization_draws_k_positions_uniformly() -> None:
+    """With k below a context's count, the k samples are drawn uniformly without replacement from its
+    batch positions: over many draws the loss averages to the mean over all k-subsets."""
+    from itertools import combinations
+
+    stream = make_stream(seed=4)
+    torch.manual_seed(18)
+    model = TinyLSTM().double().eval()
+    imm = make_imm(stream, model, realization="in-batch", k=2, j=1)
+    batch = Batch(inputs=torch.tensor([[3, 4, 3, 5, 3, 4]]), targets=torch.tensor([[4, 3, 5, 3, 4, 1]]))
+    with torch.no_grad():
+        output = model(batch.inputs)
+        log_q = torch.log_softmax(output.logits[0], -1)  # (T, V)
+        torch.manual_seed(19)
+        draws = torch.tensor([imm(model, batch, output).losses["imm"].item() for _ in range(400)])
+    target = imm.restricted.next_token_distribution(torch.tensor([[3], [4], [5]])).double()
+
+    def expected_term(row: int, where: list[int]) -> float:  # mean over the k-subsets of its positions
+        subsets = list(combinations(where, min(2, len(where))))
+        values = [-(target[row] * torch.logsumexp(log_q[list(s)], 0).sub(math.log(len(s)))).sum() for s in subsets]
+        return float(torch.stack(values).mean())
+
+    expected = (3 * expected_term(0, [0, 2, 4]) + 2 * expected_term(1, [1, 5]) + expected_term(2, [3])) / 6
+    assert len(set(draws.tolist())) == 3  # context 3 has three distinct pairs; 4 and 5 are determined
+    spread = draws.std().item()
+    assert abs(draws.mean().item() - expected) < 4 * spread / math.sqrt(len(draws))
+
+
+def test_in_batch_realization_trains_through_the_cli(tmp_path: Any) -> None:
+    from infolm.training.metrics import read_metrics
+    from tests.conftest import run_cli
+
+    result = run_cli(
+        "train", "configs/tiny.yaml", f"run.dir={tmp_path}", "train.max_steps=3", "train.log_every=1",
+        "train.eval_every=0", "objective.imm={weight: 0.2, k: 10, j: 5, realization: in-batch}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    steps = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "imm" in r]
+    assert len(steps) == 3 and all(math.isfinite(r["imm"]) and r["imm"] > 0 for r in steps)
+    assert [r["imm_k"] for r in steps] == [10.0, 1.0, 1.0]

@@ -20,6 +20,13 @@ Choices made here (the paper leaves them open for a recurrent model):
       authors' released code: each sample is the ``context_window`` tokens of training stream that
       end at a uniformly drawn occurrence of the short context (its extended context truncated to
       the paper's unroll of 35), run from a zero state; the gradient flows through the whole window.
+    - ``in-batch`` (opt-in approximation): the batch's own positions that share a short context are
+      draws from extend(sh) already computed by the primary pass: up to k of them (uniformly, without
+      replacement) form the induced estimate of Eq. 15, and the gradient flows through the primary
+      pass (full BPTT, current parameters). No extra forward pass; the costs are fewer samples where
+      the batch holds few occurrences of a context (one, the position itself, for a rare context),
+      samples drawn from the batch rather than the whole stream (correlated, as the rows of one
+      batch), and the primary pass's dropout on the samples.
     - ``state-bank`` (opt-in approximation): a ring buffer of detached recurrent states recorded by
       the primary pass (the state after each batch, keyed by the short context of the next input);
       a sample is one step of the model from a banked state whose short context matches. Cheap, but
@@ -55,7 +62,7 @@ from infolm.models.base import eval_mode
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 
 IGNORE_INDEX = -100
-REALIZATIONS = ("state-bank", "replay")
+REALIZATIONS = ("replay", "state-bank", "in-batch")
 
 
 @dataclasses.dataclass
@@ -66,7 +73,7 @@ class IMMConfig:
     restricted_order: int = 2  # order n of the restricted n-gram; short context = n-1 previous tokens (Sec. 6: bigram)
     method: str = "modified-kn"  # smoothing of the restricted n-gram (Sec. 6: modified Kneser-Ney)
     clip: float = 0.25  # gradient-norm clip of the IMM gradient, applied apart from the main one (App. D.2); 0: off
-    realization: str = "replay"  # replay (fresh samples, Eq. 15) | state-bank (opt-in approximation, stale states)
+    realization: str = "replay"  # replay (fresh samples, Eq. 15) | state-bank | in-batch (opt-in approximations)
     context_window: int = 35  # replay: history tokens replayed from a zero state (the paper's unroll length)
     positions_per_batch: int = 0  # 0: every position (Eq. 10); P > 0: P positions drawn uniformly (same expectation)
     start_step: int = 0  # first optimizer step with IMM (paper silent: from the start)
@@ -343,7 +350,8 @@ class IMM(Objective):
 
     @classmethod
     def extra_input_length(cls, config: IMMConfig) -> int | None:
-        return config.context_window if config.realization == "replay" else 1  # replayed histories; a bank token
+        lengths = {"replay": config.context_window, "state-bank": 1, "in-batch": 0}  # replayed histories; a bank token
+        return lengths[config.realization]
 
     started: Tensor  # bool buffer: the term is active (start_step / start_below_ppl reached)
 
@@ -418,17 +426,26 @@ class IMM(Objective):
             dtype = torch.promote_types(output.logits.dtype, torch.float32)
             target = torch.as_tensor(target).to(device=device, dtype=dtype)
             weights = weights.to(device=device, dtype=dtype)
-            sample_fn, num_chunks = self._sampler(model, contexts, context_ids, k, device)
-            if num_chunks == 1:  # plain autograd through the log-mean (1-sample steps, or sample_chunk >= k)
-                terms.losses["imm"] = induced_cross_entropy(target, sample_fn(0), weights)
+            if config.realization == "in-batch":
+                log_induced = self._in_batch_log_induced(batch, output, context_ids, k)  # (P, V)
+                terms.losses["imm"] = _weighted_mean(-(target * log_induced).sum(-1), weights)  # Eqs. 12, 15
             else:
-                params = [p for p in model.parameters() if p.requires_grad]
-                terms.losses["imm"] = crosstalk_induced_cross_entropy(sample_fn, num_chunks, target, params, weights)
+                terms.losses["imm"] = self._sampled_loss(model, contexts, context_ids, k, target, weights)
         terms.metrics["imm_contexts"] = float(len(context_ids))
         terms.metrics["imm_k"] = float(k)
         if config.realization == "state-bank":
             self._record(batch, output)
         return terms
+
+    def _sampled_loss(
+        self, model: nn.Module, contexts: Tensor, context_ids: Tensor, k: int, target: Tensor, weights: Tensor
+    ) -> Tensor:
+        """Eq. 15 over k extended contexts fed through the model (replay or state bank)."""
+        sample_fn, num_chunks = self._sampler(model, contexts, context_ids, k, target.device)
+        if num_chunks == 1:  # plain autograd through the log-mean (1-sample steps, or sample_chunk >= k)
+            return induced_cross_entropy(target, sample_fn(0), weights)
+        params = [p for p in model.parameters() if p.requires_grad]
+        return crosstalk_induced_cross_entropy(sample_fn, num_chunks, target, params, weights)
 
     # -- which short contexts -------------------------------------------------------------------
 
@@ -439,15 +456,11 @@ class IMM(Objective):
         selected positions. Positions: all whose context occurs in training (Eq. 10), or
         ``positions_per_batch`` of them drawn uniformly without replacement.
         """
-        assert self.index is not None
         length = self.context_len
-        inputs, targets = batch.inputs.cpu(), batch.targets.cpu()
-        empty = inputs.new_zeros((0, length)), inputs.new_zeros((0,)), torch.zeros(0)
-        if inputs.size(1) < length:
+        empty = batch.inputs.new_zeros((0, length)).cpu(), batch.inputs.new_zeros((0,)).cpu(), torch.zeros(0)
+        if batch.inputs.size(1) < length:
             return empty
-        contexts = inputs.unfold(1, length, 1)  # (B, T-L+1, L), context ending at t = L-1..T-1
-        ids = self.index.lookup(contexts)  # (B, T-L+1)
-        eligible = (ids >= 0) & (targets[:, length - 1 :] != IGNORE_INDEX)
+        contexts, ids, eligible = self._positions(batch)
         flat_contexts, flat_ids = contexts.reshape(-1, length)[eligible.reshape(-1)], ids[eligible]
         if self.config.realization == "state-bank":  # only contexts with a banked state (a biased subset)
             has_state = self.bank.available(flat_ids)
@@ -460,7 +473,48 @@ class IMM(Objective):
         unique_ids, first, counts = _first_occurrences(flat_ids)
         return flat_contexts[first], unique_ids, counts.double() / len(flat_ids)
 
+    def _positions(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+        """The short context ending at each input position t >= L-1 (B, T-L+1, L), its context id
+        (B, T-L+1; -1 where it never occurs in training) and whether the position counts (B, T-L+1)."""
+        assert self.index is not None
+        length = self.context_len
+        inputs, targets = batch.inputs.cpu(), batch.targets.cpu()
+        contexts = inputs.unfold(1, length, 1)  # (B, T-L+1, L), context ending at t = L-1..T-1
+        ids = self.index.lookup(contexts)  # (B, T-L+1)
+        return contexts, ids, (ids >= 0) & (targets[:, length - 1 :] != IGNORE_INDEX)
+
     # -- how extended contexts are fed ------------------------------------------------------------
+
+    def _in_batch_log_induced(self, batch: Batch, output: Any, context_ids: Tensor, k: int) -> Tensor:
+        """(P,) context ids -> (P, V) log Q̂(·|sh) from up to k of the batch's positions with that context.
+
+        The primary pass's prediction at such a position is Q(·|sh, x) for its extended context x, a
+        draw from extend(sh): the k-sample estimate of Eq. 15 (log of the mean, Eq. 21) without a pass
+        of its own. Draws are uniform without replacement among the batch's eligible positions.
+        """
+        _, ids, eligible = self._positions(batch)
+        rows = torch.nonzero(eligible.reshape(-1)).squeeze(1)  # (N,) flat positions of (B, T-L+1)
+        pool_ids = ids.reshape(-1)[rows]
+        group = torch.searchsorted(context_ids, pool_ids).clamp(max=len(context_ids) - 1)
+        member = context_ids[group] == pool_ids  # the pool's positions of a selected context
+        rows, group = rows[member], group[member]
+        shuffle = torch.randperm(len(rows))  # a uniform order, then stable-grouped: the first k draw
+        rows, group = rows[shuffle], group[shuffle]
+        order = torch.argsort(group, stable=True)
+        rows, group = rows[order], group[order]
+        counts = torch.bincount(group, minlength=len(context_ids))  # (P,) each >= 1: the selection's own
+        starts = torch.cumsum(counts, 0) - counts
+        keep = torch.arange(len(group)) - starts[group] < k
+        rows, group = rows[keep], group[keep]
+        device = output.logits.device
+        logits = output.logits[:, self.context_len - 1 :]  # (B, T-L+1, V): predictions after each context
+        sampled = logits.reshape(-1, logits.size(-1))[rows.to(device)]  # (M, V), M <= k * P
+        probs = torch.softmax(_at_least_fp32(sampled), dim=-1)  # Q(·|sh, x_i)
+        group, samples = group.to(device), counts.clamp(max=k).to(device=device, dtype=probs.dtype)
+        total = probs.new_zeros((len(context_ids), probs.size(-1))).index_add(0, group, probs)  # (P, V) Σ_i Q_i
+        # the floor is reached only where every sample gives y a probability below ~1e-38 (log < -87)
+        total = total.clamp(min=torch.finfo(total.dtype).tiny)
+        return torch.log(total) - torch.log(samples).unsqueeze(1)  # log (1/m Σ_i Q_i), m = min(k, count)
 
     def _sampler(
         self, model: nn.Module, contexts: Tensor, context_ids: Tensor, k: int, device: torch.device
