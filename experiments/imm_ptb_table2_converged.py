@@ -47,7 +47,9 @@ CONTINUE = "configs/ptb/imm-table2-cpu-continue.yaml"
 IMM = "objective.imm={weight: 0.2, k: 10, j: 5, restricted_order: 2, sample_chunk: 10}"
 ARMS: dict[str, list[str]] = {
     "none": [],
-    "noising": ["objective={noising: {weight: 1.0, gamma0: 0.2, mode: bigram-kn}}"],
+    # "~objective.mle": an override merges into the config's objective section, so without it MLE
+    # would run beside noising (on the noised batch: the loss counted twice)
+    "noising": ["~objective.mle", "objective={noising: {weight: 1.0, gamma0: 0.2, mode: bigram-kn}}"],
     "imm": [IMM],
     "imm-positions-8": [IMM, "objective.imm.positions_per_batch=8"],
     "imm-in-batch": [IMM, "objective.imm.realization=in-batch"],

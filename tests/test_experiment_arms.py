@@ -1,0 +1,64 @@
+"""The experiment drivers run the objective each arm names, and nothing else: an override merges into
+the config's objective section, so an arm that replaces a term must remove the config's own."""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infolm.config import load_config
+from tests.conftest import ROOT
+
+
+def driver():
+    path = ROOT / "experiments" / "imm_ptb_table2_converged.py"
+    spec = importlib.util.spec_from_file_location("imm_ptb_table2_converged", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+EXPECTED = {
+    "baseline": {"mle"},
+    "none": {"mle"},
+    "noising": {"noising"},
+    "imm": {"mle", "imm"},
+    "imm-positions-8": {"mle", "imm"},
+    "imm-in-batch": {"mle", "imm"},
+}
+
+
+@pytest.mark.parametrize("arm", list(EXPECTED))
+def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) -> None:
+    module = driver()
+    assert set(module.ARMS) | {"baseline"} == set(EXPECTED)
+    command = module.train_command(tmp_path, arm, 0, [])
+    config_path, overrides = command[4], [word for word in command[5:] if word != "--json"]
+    config = load_config(ROOT / config_path, overrides)
+    assert set(config.objective) == EXPECTED[arm]
+    if arm == "imm-in-batch":
+        assert config.objective["imm"]["realization"] == "in-batch"
+
+
+def test_realizations_script_arms_train_exactly_their_terms() -> None:
+    """The shell driver's arms, word-split as bash splits them, give the named terms."""
+    script = ROOT / "experiments" / "imm_realizations_table2.sh"
+    listing = subprocess.run(
+        ["bash", "-c", f'eval "$(sed -n "/^declare -A ARMS/,/^)/p" {shlex.quote(str(script))})"; '
+         'for arm in "${!ARMS[@]}"; do echo "$arm|${ARMS[$arm]}"; done'],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    arms = dict(line.split("|", 1) for line in listing.splitlines())
+    expected = {"none": {"mle"}, "noising": {"noising"}}  # none keeps IMM at weight 0
+    assert {"imm-every-position", "imm-positions-8", "imm-state-bank-32", "imm-in-batch", "none", "noising"} == set(arms)
+    for arm, words in arms.items():
+        config = load_config(ROOT / "configs/ptb/imm-xie-table2.yaml", words.split())
+        active = {name for name, settings in config.objective.items() if (settings or {}).get("weight", 1.0) != 0}
+        assert active == expected.get(arm, {"mle", "imm"}), arm
