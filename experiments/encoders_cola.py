@@ -1,8 +1,8 @@
 """Kong et al. Table 2 (CoLA column: BERT-NCE vs InfoWord) and the IMM paper's Table 3 (CoLA: fine-tuning
 alone, +MLM, +MLM+IMM) at the scale of a 2-core CPU.
 
-Pretraining (``infolm train``), same budget for every encoder (``--steps`` optimizer steps of the
-config's batch on PTB's training text):
+Pretraining (``infolm train``), same budget for every encoder (``--epochs`` of PTB's training text,
+at most ``--steps`` optimizer steps of the config's batch):
 
 * ``bert-nce``: ``configs/ptb/bert-nce.yaml`` (MLM with in-batch negatives, span masking);
 * ``infoword-L``: ``configs/ptb/infoword.yaml`` with λ_DIM = L for each ``--lambdas`` value;
@@ -15,6 +15,8 @@ reported on CoLA's public in-domain dev set):
 * Table 3: ``configs/cola/finetune-{base,mlm,imm}.yaml`` from ``--table3-encoder`` (default bert-mlm).
 
     OMP_NUM_THREADS=1 python experiments/encoders_cola.py --out runs/encoders-cola
+    OMP_NUM_THREADS=1 python experiments/encoders_cola.py --out runs/encoders-cola-e6 --epochs 6 --steps 1500 \
+        --finetune-lr 3e-4 --tables 3 2     # the budget of the tables in docs/results.md
 
 Table 2 takes one encoder at a time (pretraining, then its fine-tuning seeds). Writes
 ``OUT/results.json`` (commands, wall times, every summary; an earlier invocation's entries are kept)
@@ -46,20 +48,20 @@ def run(command: list[str], log: list[dict[str, Any]]) -> None:
     log.append({"command": shlex.join(command), "wall_s": round(time.perf_counter() - start, 1)})
 
 
-def pretrain(name: str, config: str, out: Path, steps: int, extra: list[str], log: list[dict[str, Any]]) -> Path:
+def pretrain(name: str, config: str, out: Path, budget: list[str], extra: list[str], log: list[dict[str, Any]]) -> Path:
     run_dir = out / "pretrain" / name
-    command = [sys.executable, "-m", "infolm", "train", config, f"run.dir={run_dir}", f"train.max_steps={steps}"]
+    command = [sys.executable, "-m", "infolm", "train", config, f"run.dir={run_dir}", *budget]
     run([*command, *extra], log)
     return run_dir
 
 
 def finetune(
-    name: str, variant: str, encoder: Path, seeds: list[int], out: Path, log: list[dict[str, Any]]
+    name: str, variant: str, encoder: Path, seeds: list[int], out: Path, extra: list[str], log: list[dict[str, Any]]
 ) -> dict[str, Any]:
     run_dir = out / "finetune" / f"{name}-{variant}"
     seed_args = ["--seeds", ",".join(map(str, seeds))]
     command = [sys.executable, "-m", "infolm", "finetune", *seed_args, f"configs/cola/finetune-{variant}.yaml"]
-    run([*command, f"run.init_from={encoder}", f"run.dir={run_dir}"], log)
+    run([*command, f"run.init_from={encoder}", f"run.dir={run_dir}", *extra], log)
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -71,7 +73,14 @@ def cell(summary: dict[str, Any], split: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/encoders-cola")
-    parser.add_argument("--steps", type=int, default=600, help="pretraining optimizer steps of every encoder")
+    parser.add_argument("--epochs", type=int, default=1, help="pretraining epochs of PTB for every encoder")
+    parser.add_argument("--steps", type=int, default=600, help="at most this many pretraining optimizer steps")
+    parser.add_argument(
+        "--finetune-lr",
+        type=float,
+        default=None,
+        help="fine-tuning peak learning rate (default: the configs' 5e-5, the top of App. B's grid)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument(
         "--lambdas",
@@ -81,7 +90,7 @@ def main() -> None:
         help="λ_DIM values, run in this order (App. B's grid)",
     )
     parser.add_argument("--table3-encoder", default="bert-mlm", help="bert-mlm, or bert-nce to reuse it")
-    parser.add_argument("--tables", nargs="+", default=["2", "3"])
+    parser.add_argument("--tables", nargs="+", default=["2", "3"], choices=["2", "3"], help="run in this order")
     args = parser.parse_args()
     out = ROOT / args.out
     log: list[dict[str, Any]] = []
@@ -91,37 +100,44 @@ def main() -> None:
         log[:0] = earlier.get("runs", [])
         results.update({key: earlier[key] for key in ("table2", "table3") if key in earlier})
     encoders: dict[str, Path] = {}
+    budget = [f"train.epochs={args.epochs}", f"train.max_steps={args.steps}"]
+    tuning = [] if args.finetune_lr is None else [f"optim.lr={args.finetune_lr}"]
+    results["settings"] = {"epochs": args.epochs, "steps": args.steps, "finetune_lr": args.finetune_lr}
 
     def save() -> None:
         (out / "results.json").write_text(json.dumps(results, indent=1))
 
-    if "2" in args.tables:
+    def table2() -> None:
         # One encoder at a time, pretrained then fine-tuned, so that a stopped run leaves whole rows.
-        table2: dict[str, Any] = results.setdefault("table2", {})
+        rows: dict[str, Any] = results.setdefault("table2", {})
         plan = [("bert-nce", "configs/ptb/bert-nce.yaml", [])]
         plan += [(f"infoword-{v:g}", "configs/ptb/infoword.yaml", [f"objective.dim.weight={v}"]) for v in args.lambdas]
         for name, config, extra in plan:
-            encoders[name] = pretrain(name, config, out, args.steps, extra, log)
-            table2[name] = finetune(name, "base", encoders[name], args.seeds, out, log)
+            encoders[name] = pretrain(name, config, out, budget, extra, log)
+            rows[name] = finetune(name, "base", encoders[name], args.seeds, out, tuning, log)
             save()
         print("\n| encoder | CoLA MCC valid (held out) | CoLA MCC test (public dev) | paper (test, BASE) |")
         print("| --- | --- | --- | --- |")
-        for name, summary in table2.items():
+        for name, summary in rows.items():
             paper = PAPER_TABLE2["BERT-NCE" if name == "bert-nce" else "InfoWord"]
             print(f"| {name} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {paper} |")
-    if "3" in args.tables:
+
+    def table3() -> None:
         name = args.table3_encoder
         if name not in encoders:
             config = "configs/ptb/bert-mlm.yaml" if name == "bert-mlm" else "configs/ptb/bert-nce.yaml"
-            encoders[name] = pretrain(name, config, out, args.steps, [], log)
-        table3: dict[str, Any] = results.setdefault("table3", {})
+            encoders[name] = pretrain(name, config, out, budget, [], log)
+        variants: dict[str, Any] = results.setdefault("table3", {})
         for variant in ("base", "mlm", "imm"):
-            table3[variant] = finetune(name, variant, encoders[name], args.seeds, out, log)
+            variants[variant] = finetune(name, variant, encoders[name], args.seeds, out, tuning, log)
             save()
         print(f"\n| fine-tuning ({name}) | CoLA MCC valid (held out) | CoLA MCC test (public dev) | paper |")
         print("| --- | --- | --- | --- |")
-        for variant, summary in table3.items():
+        for variant, summary in variants.items():
             print(f"| {variant} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {PAPER_TABLE3[variant]} |")
+
+    for table in args.tables:  # in the order given
+        {"2": table2, "3": table3}[table]()
     save()
 
 
