@@ -1,7 +1,10 @@
-"""Shared fixtures: a small corpus, tiny models, the repository root, a CLI runner."""
+"""Shared fixtures: a small corpus, tiny models, the repository root, a CLI runner (in a new process or
+in this one)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -97,17 +100,72 @@ def tiny_model(name: str, vocab_size: int, **overrides):
     return MODELS.build(name, settings, vocab_size=vocab_size)
 
 
+def _cli_env(env: dict | None) -> dict:
+    # No progress lines (training prints one on stderr every 30 s when stdout is not a terminal):
+    # stderr holds only what the test looks for.
+    return {**os.environ, "OMP_NUM_THREADS": "1", "INFOLM_PROGRESS_SECONDS": "1e9", **(env or {})}
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess:
-    # No progress lines (training prints one on stderr every 30 s when stdout is not a terminal):
-    # stderr holds only what the test looks for.
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "INFOLM_PROGRESS_SECONDS": "1e9", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "infolm", *args],
         capture_output=True,
         text=True,
         cwd=cwd or ROOT,
-        env=full_env,
+        env=_cli_env(env),
         timeout=timeout,
     )
+
+
+def run_cli_concurrently(*commands: list[str], timeout: int = 300) -> list[subprocess.CompletedProcess]:
+    """``run_cli`` of each command, the processes started together (one per core while the machine has
+    them); the results in the order of the commands."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "infolm", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=_cli_env(None),
+        )
+        for args in commands
+    ]
+    results = []
+    try:
+        for args, proc in zip(commands, procs):
+            stdout, stderr = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(["infolm", *args], proc.returncode, stdout, stderr))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+def run_in_process(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``infolm ARGS`` through the CLI's ``main`` in this process, from the repository root: what ``run_cli``
+    returns, without starting an interpreter and importing torch again. For runs a test only needs (a
+    reference, a run to report on); what a test asserts about a fresh process goes through ``run_cli``."""
+    from infolm.cli.main import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    settings = {"INFOLM_PROGRESS_SECONDS": "1e9", **(env or {})}
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        with contextlib.chdir(ROOT), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:  # argparse's usage errors and --help
+                code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return subprocess.CompletedProcess(["infolm", *args], code, stdout.getvalue(), stderr.getvalue())

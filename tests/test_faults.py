@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_in_process
 from tests.test_cli import assert_one_line_error
 
 
@@ -63,9 +63,9 @@ def test_damaged_newest_checkpoint_resumes_from_the_newest_intact_one(tmp_path):
     run ends."""
     args = ("train", "configs/tiny.yaml", "train.max_steps=12", "train.checkpoint_every=4", "train.keep_checkpoints=3")
     reference = tmp_path / "reference"
-    assert run_cli(*args, f"run.dir={reference}").returncode == 0
+    assert run_in_process(*args, f"run.dir={reference}").returncode == 0
     run = tmp_path / "run"
-    assert run_cli(*args[:2], "train.max_steps=8", *args[3:], f"run.dir={run}").returncode == 0
+    assert run_in_process(*args[:2], "train.max_steps=8", *args[3:], f"run.dir={run}").returncode == 0
     newest = run / "checkpoints/step-00000008"
     weights = newest / "raw_model.safetensors"
     weights = weights if weights.exists() else newest / "model.safetensors"
@@ -93,49 +93,35 @@ def _without_timing(run):
 
 
 def test_second_train_on_a_run_directory_is_refused_and_a_killed_holder_blocks_nothing(tmp_path):
+    from infolm.training.run_lock import OWNER
+
     run = tmp_path / "run"
+    args = ("configs/tiny.yaml", f"run.dir={run}", "train.max_steps=100000", "data.max_train_tokens=2000000")
     holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "infolm",
-            "train",
-            "configs/tiny.yaml",
-            f"run.dir={run}",
-            "train.max_steps=100000",
-            "data.max_train_tokens=2000000",
-            "train.checkpoint_every=5",
-        ],
+        [sys.executable, "-m", "infolm", "train", *args, "train.checkpoint_every=5"],
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1", "INFOLM_PROGRESS_SECONDS": "1e9"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    try:
+
+    def wait_for(done):
         deadline = time.monotonic() + 240
-        while not list((run / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
+        while not done() and time.monotonic() < deadline:
             assert holder.poll() is None, holder.stderr.read() if holder.stderr else ""
-            time.sleep(0.5)
-        assert list((run / "checkpoints").glob("step-*")), "the first run wrote no checkpoint in time"
-        second = run_cli(
-            "train",
-            "configs/tiny.yaml",
-            f"run.dir={run}",
-            "train.max_steps=100000",
-            "data.max_train_tokens=2000000",
-            "train.checkpoint_every=5",
-        )
+            time.sleep(0.05)
+
+    try:
+        # The owner file is written once the lock is held: the second process starts while the holder
+        # trains on, and finds the lock held when it gets there.
+        wait_for((run / OWNER).exists)
+        second = run_cli("train", *args, "train.checkpoint_every=5")
         assert_one_line_error(second, f"run directory {run} is in use by another infolm process (pid {holder.pid}")
+        wait_for(lambda: bool(list((run / "checkpoints").glob("step-*"))))
+        assert list((run / "checkpoints").glob("step-*")), "the first run wrote no checkpoint in time"
     finally:
         holder.kill()  # SIGKILL: the lock file stays behind, its lock does not
         holder.wait()
     assert (run / ".lock").exists()
-    resumed = run_cli(
-        "train",
-        "configs/tiny.yaml",
-        f"run.dir={run}",
-        "train.max_steps=5",
-        "data.max_train_tokens=2000000",
-        "train.checkpoint_every=5",
-    )
+    resumed = run_in_process("train", *args[:2], "train.max_steps=5", *args[3:], "train.checkpoint_every=5")
     assert resumed.returncode == 0, resumed.stderr  # takes the stale lock at once and resumes

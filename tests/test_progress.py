@@ -8,7 +8,7 @@ import json
 import re
 
 from infolm.progress import ProgressLine, eta_seconds, format_duration
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_in_process
 
 
 def test_eta_and_durations():
@@ -46,7 +46,8 @@ def test_training_reports_progress_on_stderr_when_stdout_is_not_a_terminal(tmp_p
 
 
 def test_long_evaluations_report_their_passes(tmp_path):
-    trained = run_cli("train", "configs/tiny.yaml", f"run.dir={tmp_path}", "train.max_steps=2", "train.eval_every=2")
+    args = ("train", "configs/tiny.yaml", f"run.dir={tmp_path}", "train.max_steps=2", "train.eval_every=2")
+    trained = run_in_process(*args)
     assert trained.returncode == 0, trained.stderr
     result = run_cli(
         "evaluate",

@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_in_process
 from tests.test_cli import assert_one_line_error
 
 
@@ -20,7 +20,7 @@ def runs(tmp_path_factory):
     dirs = []
     for lr, seed in ((20, 0), (20, 1), (10, 0)):
         run = root / f"lr{lr}-s{seed}"
-        result = run_cli(
+        result = run_in_process(
             "train",
             "configs/tiny.yaml",
             f"run.dir={run}",

@@ -19,7 +19,7 @@ from infolm.config import load_config
 from infolm.data.batching import IGNORE_INDEX
 from infolm.objectives.activation_reg import activation_regularization, temporal_activation_regularization
 from infolm.tasks.sentence_lm import split_sentences
-from tests.conftest import ROOT, run_cli, tiny_model
+from tests.conftest import ROOT, run_cli, run_in_process, tiny_model
 
 
 def sentence_task(corpus, *extra):
@@ -136,7 +136,7 @@ SENTENCE = ["configs/tiny.yaml", "task.name=sentence-lm", "task.max_len=30"]
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("sentence-run")
-    result = run_cli("train", *SENTENCE, f"run.dir={path}", "train.max_steps=10", "train.eval_every=5")
+    result = run_in_process("train", *SENTENCE, f"run.dir={path}", "train.max_steps=10", "train.eval_every=5")
     assert result.returncode == 0, result.stderr
     return path
 

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -22,7 +23,7 @@ from infolm.config import load_config
 from infolm.tasks import TASKS, Metrics, Task
 from infolm.training import Trainer
 from infolm.training.metrics import read_metrics
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_in_process
 
 # A small model, a training term and an optimizer for every model protocol a task may serve (a task
 # serving a new protocol adds a line), and task settings that keep evaluation cheap.
@@ -214,8 +215,20 @@ def final_weights(run_dir):
     return load_file(str(ckpts[-1] / "model.safetensors"))
 
 
+def kill_once_written(proc, path, timeout):
+    """SIGKILL ``proc`` as soon as ``path`` exists (or at ``timeout`` seconds); at once if it has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not path.exists():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_run_killed_mid_epoch_resumes_bit_for_bit(name, request, tmp_path):
+    """A real ``infolm train`` process, SIGKILLed right after its step-12 checkpoint (mid-epoch), resumed:
+    it ends with the weights and the log of the uninterrupted run. The uninterrupted run and the resume
+    run in this process; the uninterrupted one while the killed one trains, on the other core."""
     config = tmp_path / "config.yaml"
     data = {"name": "ptb", "batch_size": 8, "eval_batch_size": 4, "bptt": 20, "max_eval_tokens": 600}
     data["max_train_tokens"] = 2000  # epochs of about 10 batches: the run crosses epoch ends
@@ -225,21 +238,23 @@ def test_run_killed_mid_epoch_resumes_bit_for_bit(name, request, tmp_path):
     sections = {"run": {"device": "cpu"}, "data": data, **small_sections(name), "train": train}
     config.write_text(json.dumps(sections))  # JSON is YAML
     common = [str(config)]
-    straight = tmp_path / "straight"
-    result = run_cli("train", *common, f"run.dir={straight}")
-    assert result.returncode == 0, result.stderr
 
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "infolm", "train", *common, f"run.dir={killed}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", INFOLM_PROGRESS_SECONDS="1e9")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while time.time() < deadline and not (killed / "checkpoints" / "step-00000012").exists():
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    killer = threading.Thread(target=kill_once_written, args=(proc, killed / "checkpoints" / "step-00000012", 240))
+    killer.start()
+    try:
+        straight = tmp_path / "straight"
+        result = run_in_process("train", *common, f"run.dir={straight}")
+        assert result.returncode == 0, result.stderr
+    finally:
+        killer.join()
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    assert proc.returncode == -signal.SIGKILL, f"exited with {proc.returncode} before the kill: {stderr}"
     assert max(r["step"] for r in read_metrics(killed / "metrics.jsonl")) < 24, "finished before the kill"
-    result = run_cli("train", *common, f"run.dir={killed}")
+    result = run_in_process("train", *common, f"run.dir={killed}")
     assert result.returncode == 0, result.stderr
 
     a, b = final_weights(straight), final_weights(killed)

@@ -1,4 +1,4 @@
-"""Trainer: resume after SIGKILL is bit-for-bit, metrics, early stopping, bf16, data parallel."""
+"""Trainer: metrics, reruns, early stopping, bf16, data parallel, divergence restarts, init_from, allocator."""
 
 import json
 import os
@@ -10,15 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from infolm.training.metrics import read_metrics
-from tests.conftest import ROOT, run_cli
-
-FAST = [
-    "train.max_steps=24",
-    "train.eval_every=8",
-    "train.checkpoint_every=4",
-    "train.log_every=1",
-    "model.dropout=0.3",
-]
+from tests.conftest import ROOT, run_cli, run_cli_concurrently, run_in_process
 
 
 def final_weights(run_dir):
@@ -52,7 +44,7 @@ def test_metrics_log_steps_terms_and_evaluations(tmp_path):
 
 def test_rerun_of_a_finished_run_changes_nothing(tmp_path):
     args = ("train", "configs/tiny.yaml", f"run.dir={tmp_path}", "train.max_steps=4", "train.eval_every=2")
-    assert run_cli(*args).returncode == 0
+    assert run_in_process(*args).returncode == 0
     before = (tmp_path / "metrics.jsonl").read_text()
     assert run_cli(*args).returncode == 0
     assert (tmp_path / "metrics.jsonl").read_text() == before
@@ -92,7 +84,7 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
     """Without dropout, 2 gloo ranks with half the rows each take the same steps as one process."""
     common = ["configs/tiny.yaml", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4"]
     single = tmp_path / "single"
-    assert run_cli("train", *common, f"run.dir={single}").returncode == 0
+    assert run_in_process("train", *common, f"run.dir={single}").returncode == 0
     ddp = tmp_path / "ddp"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [
@@ -135,12 +127,10 @@ def test_divergence_restarts_then_gives_up(tmp_path):
 def test_init_from_starts_where_another_run_ended(tmp_path):
     """Fine-tuning phase: a run initialized from another starts from its best weights."""
     base = tmp_path / "base"
-    assert (
-        run_cli("train", "configs/tiny.yaml", f"run.dir={base}", "train.max_steps=6", "train.eval_every=6").returncode
-        == 0
-    )
+    args = ("train", "configs/tiny.yaml", f"run.dir={base}", "train.max_steps=6", "train.eval_every=6")
+    assert run_in_process(*args).returncode == 0
     tuned = tmp_path / "tuned"
-    result = run_cli(
+    result = run_in_process(
         "train",
         "configs/tiny.yaml",
         f"run.dir={tuned}",
@@ -154,19 +144,20 @@ def test_init_from_starts_where_another_run_ended(tmp_path):
     a = load_file(str(base / "checkpoints/best/model.safetensors"))
     b = final_weights(tuned)
     assert all(torch.equal(a[k], b[k]) for k in a)  # lr 0: the weights are the initial ones
-    bad = run_cli("train", "configs/tiny.yaml", f"run.dir={tmp_path / 'x'}", f"run.init_from={tmp_path / 'none'}")
+    bad = run_in_process("train", "configs/tiny.yaml", f"run.dir={tmp_path / 'x'}", f"run.init_from={tmp_path / 'no'}")
     assert bad.returncode != 0 and "not an infolm run" in bad.stderr
 
 
 def test_keep_freed_memory_changes_no_number(tmp_path):
     """The glibc allocator setting (run.keep_freed_memory) is about speed only: same weights, same log."""
-    runs = {}
-    for keep in (True, False):
-        run_dir = tmp_path / f"keep-{keep}"
-        args = ["train.max_steps=6", "train.eval_every=3", "train.checkpoint_every=6", "train.log_every=1"]
-        result = run_cli("train", "configs/tiny.yaml", f"run.dir={run_dir}", f"run.keep_freed_memory={keep}", *args)
+    runs = {keep: tmp_path / f"keep-{keep}" for keep in (True, False)}
+    args = ["train.max_steps=6", "train.eval_every=3", "train.checkpoint_every=6", "train.log_every=1"]
+    commands = [
+        ["train", "configs/tiny.yaml", f"run.dir={run_dir}", f"run.keep_freed_memory={keep}", *args]
+        for keep, run_dir in runs.items()
+    ]  # each in its own process: the setting is the process's
+    for result in run_cli_concurrently(*commands):
         assert result.returncode == 0, result.stderr
-        runs[keep] = run_dir
     a, b = final_weights(runs[True]), final_weights(runs[False])
     assert all(torch.equal(a[key], b[key]) for key in a)
     logs = [read_metrics(runs[keep] / "metrics.jsonl") for keep in (True, False)]
