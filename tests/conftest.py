@@ -6,8 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -169,3 +173,35 @@ def run_in_process(*args: str, env: dict | None = None) -> subprocess.CompletedP
             else:
                 os.environ[key] = value
     return subprocess.CompletedProcess(["infolm", *args], code, stdout.getvalue(), stderr.getvalue())
+
+
+def _kill_once_written(proc: subprocess.Popen, path: Path, timeout: float) -> None:
+    """SIGKILL ``proc`` as soon as ``path`` exists (or at ``timeout`` seconds); at once if it has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not path.exists():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@contextlib.contextmanager
+def train_killed_after_checkpoint(*args: str, run_dir: Path, step: int, timeout: float = 240) -> Iterator[None]:
+    """A real ``infolm train ARGS run.dir=RUN_DIR`` process, SIGKILLed as soon as its checkpoint of ``step`` is
+    written. The ``with`` body runs while it trains (an uninterrupted reference run, on the other core);
+    the block ends once the process is dead, and fails if it ended any other way."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infolm", "train", *args, f"run.dir={run_dir}"],
+        cwd=ROOT,
+        env=_cli_env(None),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    checkpoint = Path(run_dir) / "checkpoints" / f"step-{step:08d}"
+    killer = threading.Thread(target=_kill_once_written, args=(proc, checkpoint, timeout))
+    killer.start()
+    try:
+        yield
+    finally:
+        killer.join()
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    assert proc.returncode == -signal.SIGKILL, f"infolm train exited with {proc.returncode} before the kill: {stderr}"

@@ -258,16 +258,16 @@ def test_gradient_variance_example_rewards_the_policy_with_eq_9() -> None:
 def test_init_from_continues_the_discriminator_and_the_phase(tmp_path: Path) -> None:
     """The "(ft.)" rows: fine-tuning from a BMI run goes on with its discriminator and Phase II."""
     from infolm.training.metrics import read_metrics
-    from tests.conftest import run_cli
+    from tests.conftest import run_in_process
 
     small = ["data.max_train_tokens=5000", "data.max_eval_tokens=300", "train.log_every=1"]
     base, tuned = tmp_path / "base", tmp_path / "tuned"
-    first = run_cli(
+    first = run_in_process(
         "train", "configs/ptb/bmi-full.yaml", f"run.dir={base}", *small, "train.max_steps=4", "train.eval_every=4",
         "objective.bmi.phase2_start=2",
     )  # fmt: skip
     assert first.returncode == 0, first.stderr[-2000:]
-    second = run_cli(
+    second = run_in_process(
         "train", "configs/ptb/bmi-full.yaml", f"run.dir={tuned}", *small, f"run.init_from={base}",
         "train.max_steps=1", "optim.lr=0", "optim.average={name: tail}",
     )  # fmt: skip

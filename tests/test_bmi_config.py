@@ -11,7 +11,7 @@ from pathlib import Path
 
 from infolm.build import validate_plugins
 from infolm.config import load_config, to_dict
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_in_process
 
 CONFIGS = {name: ROOT / "configs" / "ptb" / f"bmi-{name}.yaml" for name in ("baseline", "base", "full")}
 
@@ -50,14 +50,8 @@ def test_the_three_configs_are_the_same_model_and_recipe_except_bmi() -> None:
 
 def test_bmi_full_run_logs_phase1_then_phase2_terms(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    result = run_cli(
-        "train",
-        str(CONFIGS["full"]),
-        "objective.bmi.phase2_start=8",
-        "train.max_steps=16",
-        f"run.dir={run_dir}",
-        *FAST,
-        timeout=120,
+    result = run_in_process(
+        "train", str(CONFIGS["full"]), "objective.bmi.phase2_start=8", "train.max_steps=16", f"run.dir={run_dir}", *FAST
     )
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

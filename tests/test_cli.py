@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_concurrently, run_in_process
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,8 @@ def test_evaluate_json(run_dir):
 
 
 def test_generate_is_seeded(run_dir):
-    args = ("generate", str(run_dir), "--prompt", "the company", "--max-tokens", "12", "--top-k", "50", "--seed", "3")
-    first, second = run_cli(*args), run_cli(*args)
+    args = ["generate", str(run_dir), "--prompt", "the company", "--max-tokens", "12", "--top-k", "50", "--seed", "3"]
+    first, second = run_cli_concurrently(args, args)  # two processes, one seed
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout
     assert first.stdout.startswith("the company")
@@ -107,13 +107,13 @@ def test_data_files_that_are_missing_empty_or_binary(tmp_path):
 
 def test_prompt_with_unknown_word_reads_it_as_unk(run_dir):
     """PTB's vocabulary has <unk>: an unknown prompt word becomes <unk>, with one warning line."""
-    args = ("generate", str(run_dir), "--max-tokens", "3", "--seed", "1")
-    result = run_cli(*args, "--prompt", "the zzyzzx")
+    args = ["generate", str(run_dir), "--max-tokens", "3", "--seed", "1"]
+    result, unk = run_cli_concurrently([*args, "--prompt", "the zzyzzx"], [*args, "--prompt", "the <unk>"])
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == (
         f"infolm: warning: prompt words not in the vocabulary of {run_dir}, read as <unk>: 'zzyzzx'"
     )
-    assert result.stdout == run_cli(*args, "--prompt", "the <unk>").stdout
+    assert result.stdout == unk.stdout
     assert result.stdout.startswith("the <unk> ")
 
 
@@ -122,7 +122,7 @@ def test_prompt_with_unknown_char_without_unk_is_an_error(tmp_path):
         (tmp_path / f"{split}.txt").write_text("abc abc\ncab\n" * 20)
     run = tmp_path / "run"
     data = [f"data.{split}={tmp_path / split}.txt" for split in ("train", "valid", "test")]
-    trained = run_cli(
+    trained = run_in_process(
         "train",
         "configs/tiny.yaml",
         f"run.dir={run}",

@@ -37,7 +37,7 @@ def test_exploding_loss_stops_with_a_clear_error_and_keeps_the_checkpoints(tmp_p
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "split" not in r]
     assert [r["step"] for r in steps] == [1, 2, 3] and steps[0]["loss"] < 18.42 < 1e28 < steps[1]["loss"]
-    evaluated = run_cli("evaluate", str(run), "--json")
+    evaluated = run_in_process("evaluate", str(run), "--json")
     assert evaluated.returncode == 0, evaluated.stderr
 
 

@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_in_process
 
 SHORT = ["train.max_steps=4", "train.eval_every=4", "task.valid_samples=3", "train.log_every=2"]
 
 
 def test_synthetic_run_and_its_frontier(tmp_path) -> None:
     run = tmp_path / "run"
-    result = run_cli("train", "configs/synthetic/cpu-gaussian.yaml", f"run.dir={run}", *SHORT)
+    result = run_in_process("train", "configs/synthetic/cpu-gaussian.yaml", f"run.dir={run}", *SHORT)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     final = [r for r in records if "mi" in r][-1]

@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from tests.conftest import run_cli, run_in_process
+from tests.conftest import run_cli, run_cli_concurrently, run_in_process
 from tests.test_cli import assert_one_line_error
 
 
@@ -56,10 +56,11 @@ def test_report_groups_by_config_with_mean_and_std_over_seeds(runs, tmp_path):
 
 
 def test_report_table_and_csv(runs, tmp_path):
-    table = run_cli("report", *map(str, runs), "--no-plot")
+    table, result = run_cli_concurrently(
+        ["report", *map(str, runs), "--no-plot"], ["report", *map(str, runs), "--csv", "--no-plot"]
+    )
     assert table.returncode == 0, table.stderr
     assert "| config | seeds |" in table.stdout and "| optim.lr=20.0 | 0, 1 |" in table.stdout
-    result = run_cli("report", *map(str, runs), "--csv", "--no-plot")
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert [r["config"] for r in rows] == ["optim.lr=20.0", "optim.lr=10.0"]
     assert float(rows[1]["ppl_mean"]) == pytest.approx(_last_valid(runs[2])["ppl"], rel=1e-5)

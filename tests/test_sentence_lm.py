@@ -19,7 +19,7 @@ from infolm.config import load_config
 from infolm.data.batching import IGNORE_INDEX
 from infolm.objectives.activation_reg import activation_regularization, temporal_activation_regularization
 from infolm.tasks.sentence_lm import split_sentences
-from tests.conftest import ROOT, run_cli, run_in_process, tiny_model
+from tests.conftest import ROOT, run_cli, run_cli_concurrently, run_in_process, tiny_model
 
 
 def sentence_task(corpus, *extra):
@@ -142,20 +142,20 @@ def run_dir(tmp_path_factory):
 
 
 def test_evaluate_reports_per_token_and_per_sentence_nll_with_eos_counted(run_dir):
-    result = run_cli("evaluate", str(run_dir), "--split", "test", "--json")
+    args = ("evaluate", str(run_dir), "--split", "test")
+    result, text = run_cli_concurrently([*args, "--json"], [*args])
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["nll"] * payload["tokens"] == pytest.approx(payload["sentence_nll"] * payload["sentences"])
     assert any("<eos> is counted" in note for note in payload["notes"])
-    text = run_cli("evaluate", str(run_dir), "--split", "test")
     assert "<eos> is counted" in text.stdout
     evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in evals if r.get("split") == "valid"] == [5, 10]
 
 
 def test_generate_samples_whole_sentences(run_dir):
-    args = ("generate", str(run_dir), "--samples", "4", "--max-tokens", "40", "--seed", "1")
-    first, second = run_cli(*args), run_cli(*args)
+    args = ["generate", str(run_dir), "--samples", "4", "--max-tokens", "40", "--seed", "1"]
+    first, second = run_cli_concurrently(args, args)  # two processes, one seed
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout and first.stdout.count("\n") == 4
     assert "<eos>" not in first.stdout

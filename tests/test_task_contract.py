@@ -6,12 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
 
 import pytest
 import torch
@@ -23,7 +17,7 @@ from infolm.config import load_config
 from infolm.tasks import TASKS, Metrics, Task
 from infolm.training import Trainer
 from infolm.training.metrics import read_metrics
-from tests.conftest import ROOT, run_in_process
+from tests.conftest import run_in_process, train_killed_after_checkpoint
 
 # A small model, a training term and an optimizer for every model protocol a task may serve (a task
 # serving a new protocol adds a line), and task settings that keep evaluation cheap.
@@ -215,15 +209,6 @@ def final_weights(run_dir):
     return load_file(str(ckpts[-1] / "model.safetensors"))
 
 
-def kill_once_written(proc, path, timeout):
-    """SIGKILL ``proc`` as soon as ``path`` exists (or at ``timeout`` seconds); at once if it has exited."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None and not path.exists():
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_run_killed_mid_epoch_resumes_bit_for_bit(name, request, tmp_path):
     """A real ``infolm train`` process, SIGKILLed right after its step-12 checkpoint (mid-epoch), resumed:
@@ -239,20 +224,10 @@ def test_run_killed_mid_epoch_resumes_bit_for_bit(name, request, tmp_path):
     config.write_text(json.dumps(sections))  # JSON is YAML
     common = [str(config)]
 
-    killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "infolm", "train", *common, f"run.dir={killed}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1", INFOLM_PROGRESS_SECONDS="1e9")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    killer = threading.Thread(target=kill_once_written, args=(proc, killed / "checkpoints" / "step-00000012", 240))
-    killer.start()
-    try:
-        straight = tmp_path / "straight"
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    with train_killed_after_checkpoint(*common, run_dir=killed, step=12):
         result = run_in_process("train", *common, f"run.dir={straight}")
         assert result.returncode == 0, result.stderr
-    finally:
-        killer.join()
-    stderr = proc.stderr.read().decode() if proc.stderr else ""
-    assert proc.returncode == -signal.SIGKILL, f"exited with {proc.returncode} before the kill: {stderr}"
     assert max(r["step"] for r in read_metrics(killed / "metrics.jsonl")) < 24, "finished before the kill"
     result = run_in_process("train", *common, f"run.dir={killed}")
     assert result.returncode == 0, result.stderr

@@ -19,7 +19,7 @@ def final_weights(run_dir):
 
 
 def test_metrics_log_steps_terms_and_evaluations(tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "train",
         "configs/tiny.yaml",
         f"run.dir={tmp_path}",
@@ -51,7 +51,7 @@ def test_rerun_of_a_finished_run_changes_nothing(tmp_path):
 
 
 def test_early_stopping(tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "train",
         "configs/tiny.yaml",
         f"run.dir={tmp_path}",
@@ -66,7 +66,7 @@ def test_early_stopping(tmp_path):
 
 
 def test_bf16_autocast_trains(tmp_path):
-    result = run_cli(
+    result = run_in_process(
         "train",
         "configs/tiny.yaml",
         f"run.dir={tmp_path}",
@@ -83,9 +83,7 @@ def test_bf16_autocast_trains(tmp_path):
 def test_two_process_data_parallel_equals_one_process(tmp_path):
     """Without dropout, 2 gloo ranks with half the rows each take the same steps as one process."""
     common = ["configs/tiny.yaml", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4"]
-    single = tmp_path / "single"
-    assert run_in_process("train", *common, f"run.dir={single}").returncode == 0
-    ddp = tmp_path / "ddp"
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [
         sys.executable,
@@ -99,8 +97,15 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
         *common,
         f"run.dir={ddp}",
     ]
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    torchrun = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:  # the one-process run here while torchrun starts its ranks
+        assert run_in_process("train", *common, f"run.dir={single}").returncode == 0
+        _, stderr = torchrun.communicate(timeout=300)
+    finally:
+        if torchrun.poll() is None:
+            torchrun.kill()
+            torchrun.wait()
+    assert torchrun.returncode == 0, stderr[-2000:]
     a, b = final_weights(single), final_weights(ddp)
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)

@@ -4,11 +4,6 @@ really uses in a run, a run killed mid-way that resumes the schedule bit for bit
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
@@ -18,7 +13,7 @@ from infolm.errors import InfolmError
 from infolm.optim.factory import LRSchedule
 from infolm.optim.warmup import warmup_linear_factor, warmup_steps_of
 from infolm.training.metrics import read_metrics
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli, run_in_process, train_killed_after_checkpoint
 
 
 def test_rate_at_known_updates():
@@ -78,9 +73,10 @@ def small_run_config(tmp_path, **optim):
 
 def test_a_run_uses_the_rate_and_resumes_it_bit_for_bit_after_a_kill(tmp_path):
     config = small_run_config(tmp_path, warmup_steps=6)
-    straight = tmp_path / "straight"
-    result = run_cli("train", str(config), f"run.dir={straight}")
-    assert result.returncode == 0, result.stderr
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    with train_killed_after_checkpoint(str(config), run_dir=killed, step=12):
+        result = run_in_process("train", str(config), f"run.dir={straight}")
+        assert result.returncode == 0, result.stderr
     steps = [r for r in read_metrics(straight / "metrics.jsonl") if "lr" in r]
     # The record of step s carries the rate of update s - 1 (0-based): 24 updates, warmup 6.
     assert [r["step"] for r in steps] == list(range(1, 25))
@@ -88,17 +84,8 @@ def test_a_run_uses_the_rate_and_resumes_it_bit_for_bit_after_a_kill(tmp_path):
         assert r["lr"] == pytest.approx(0.01 * warmup_linear_factor(r["step"] - 1, 24, 6))
     assert steps[6]["lr"] == pytest.approx(0.01) and steps[-1]["lr"] == pytest.approx(0.01 / 18)
 
-    killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "infolm", "train", str(config), f"run.dir={killed}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while time.time() < deadline and not (killed / "checkpoints" / "step-00000012").exists():
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
     assert max(r["step"] for r in read_metrics(killed / "metrics.jsonl")) < 24, "finished before the kill"
-    result = run_cli("train", str(config), f"run.dir={killed}")
+    result = run_in_process("train", str(config), f"run.dir={killed}")
     assert result.returncode == 0, result.stderr
 
     def final(run_dir):
@@ -152,5 +139,5 @@ def test_a_warmup_longer_than_the_epochs_is_refused_and_leaves_no_run(tmp_path):
     assert "optim.warmup_steps (1000) must be less than the run's total updates" in result.stderr
     assert not (run_dir / "config.yaml").exists() and {p.name for p in run_dir.iterdir()} <= {".lock", ".lock.owner"}
     fixed = ["train.max_steps=null", "train.epochs=1", "optim.warmup_steps=2", "train.eval_every=0"]
-    result = run_cli("train", str(config), f"run.dir={run_dir}", *fixed)
+    result = run_in_process("train", str(config), f"run.dir={run_dir}", *fixed)
     assert result.returncode == 0, result.stderr
