@@ -117,14 +117,18 @@ class IMMMLM(Objective):
         rows, places = self.index.sample(contexts, self.config.k)  # (k, P)
         inputs = future_masked(self.index.sentences, rows.reshape(-1), places.reshape(-1)).to(device)  # (k*P, L)
         read = (places.reshape(-1) + 1).to(device)
+        lengths = self.index.sentences.lengths[rows.reshape(-1)]  # (k*P,) on the CPU: each chunk's width
         chunk = min(self.config.sample_chunk, self.config.k)
         num_chunks = -(-self.config.k // chunk)
         num_positions = len(contexts)
 
         def sample_fn(index: int) -> Tensor:
             part = slice(index * chunk * num_positions, min((index + 1) * chunk, self.config.k) * num_positions)
+            # rows cut after the chunk's longest sentence: the cut columns are [PAD] only, keys that get
+            # no attention, so the states are those of the full-width rows (and cost less)
+            width = int(lengths[part].max())
             with eval_mode(model):
-                states = model(inputs[part]).states  # (c*P, L, D)
+                states = model(inputs[part, :width]).states  # (c*P, width, D)
                 picked = states[torch.arange(states.size(0), device=device), read[part]]  # (c*P, D)
                 logits = model.mlm_logits(model.mlm_features(picked)).float()  # type: ignore[operator]
             return torch.log_softmax(logits, -1).view(-1, num_positions, logits.size(-1))  # (c, P, V)
