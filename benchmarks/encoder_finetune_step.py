@@ -26,6 +26,7 @@ import torch
 
 from infolm.build import build_model, build_objective, build_task, init_objective_state, init_weights, task_data
 from infolm.config import load_config
+from infolm.data.subwords import PAD_ID
 from infolm.objectives import imm_mlm
 from infolm.training import Trainer, seed_everything
 
@@ -86,7 +87,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         def counted_future(*a: Any, **k: Any) -> torch.Tensor:
             rows = original_future(*a, **k)
             widths["imm_rows"] += rows.size(0)
-            widths["imm_positions"] += rows.numel()
+            # the term cuts the rows after the chunk's longest sentence (one chunk when sample_chunk >= k)
+            widths["imm_positions"] += rows.size(0) * int((rows != PAD_ID).sum(1).max())
             return rows
 
         with contextlib.ExitStack() as stack:
