@@ -88,6 +88,32 @@ def test_evaluate_reports_bounds_bleu_entropy_and_melbo_apart(
     assert "caveat" in report["melbo"] and report["melbo"]["log_n"] == pytest.approx(1.6094379)
 
 
+def test_auto_encoder_evaluation_reports_reconstruction_not_bounds(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An auto-encoder's variance head is untrained: no bound, rate, MI or MELBO; the reconstruction NLL
+    at the posterior mean, computed here sentence by sentence."""
+    from infolm.build import load_run
+
+    code, out, _ = run(capsys, "latent", "evaluate", str(runs["ae"]), "--samples", "3", "--melbo", "--json")
+    assert code == 0
+    report = json.loads(out)
+    bounds = report["bounds"]
+    assert bounds["deterministic"] and not {"nll", "rate", "mutual_information", "elbo"} & set(bounds)
+    assert "melbo" not in report and report["reconstruction"]["mode"] == "mean"
+    _, corpus, model = load_run(runs["ae"], "cpu")
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for sentence in corpus.sentences("test"):
+            tokens, lengths = sentence[None], torch.tensor([len(sentence)])
+            mean = model.posterior(tokens, lengths).mean
+            total -= float(model.log_likelihood(tokens, lengths, mean[None]).sum())
+    assert bounds["examples"] == 5 and bounds["reconstruction_nll"] == pytest.approx(total / 5, rel=1e-5)
+    assert bounds["reconstruction_nll_per_word"] == pytest.approx(total / 23, rel=1e-5)  # 23 words, no <eos>
+    assert 0 <= bounds["active_units"] <= 4
+
+
 def test_auto_encoder_runs_use_mean_codes(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "latent", "reconstruct", str(runs["ae"]), "the cat", "--mode", "sample")
     assert code == 2 and "deterministic auto-encoder" in err and len(err.splitlines()) == 1

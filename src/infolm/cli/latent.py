@@ -71,14 +71,16 @@ def _load(run_dir: str) -> tuple[Any, Any, Any]:
     return config, corpus, model
 
 
-def _mode(config: Any, requested: str | None) -> str:
-    """The run's objectives say whether its codes are deterministic (an auto-encoder): then only ``mean``."""
+def _deterministic(config: Any) -> bool:
+    """Whether the run's objectives make its codes deterministic (an auto-encoder)."""
     from infolm.objectives import OBJECTIVES
 
-    deterministic = any(
-        getattr(OBJECTIVES.get(name).factory, "deterministic_latent", False) for name in config.objective
-    )
-    if deterministic:
+    return any(getattr(OBJECTIVES.get(name).factory, "deterministic_latent", False) for name in config.objective)
+
+
+def _mode(config: Any, requested: str | None) -> str:
+    """A deterministic run (an auto-encoder) has only ``mean`` codes."""
+    if _deterministic(config):
         if requested not in (None, "mean"):
             raise InfolmError(f"--mode {requested}: this run is a deterministic auto-encoder; its codes are means")
         return "mean"
@@ -182,6 +184,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         mode=mode,
         melbo=args.melbo,
         seed=args.seed,
+        deterministic=_deterministic(config),
     )
     if args.json:
         print(json.dumps(report))

@@ -40,8 +40,14 @@ def latent_report(
     seed: int = 0,
     bleu: bool = True,
     entropy: bool = True,
+    deterministic: bool = False,
 ) -> dict[str, Any]:
-    """The report of ``model`` on ``split`` of ``corpus`` (the vocabulary's ``<eos>`` ends sentences)."""
+    """The report of ``model`` on ``split`` of ``corpus`` (the vocabulary's ``<eos>`` ends sentences).
+
+    ``deterministic`` (an auto-encoder's run): its code is the posterior mean and its variance head was
+    never trained, so no likelihood bound, rate, MI or MELBO is reported; ``bounds`` holds the
+    reconstruction NLL at the mean and the active units instead.
+    """
     from infolm.latent.evaluation import evaluate_latent
 
     sentences = list(corpus.sentences(split))
@@ -54,11 +60,16 @@ def latent_report(
     model.eval()
     try:
         torch.manual_seed(seed)
-        metrics = evaluate_latent(model, sentence_batches(sentences, batch_size, pad_id=eos), samples, chunk)
-        bounds = dataclasses.asdict(metrics)
-        words = metrics.tokens - len(sentences) if not getattr(model.config, "length_prior", False) else metrics.tokens
-        bounds["nll_per_word"] = metrics.nll * metrics.examples / max(words, 1)
-        bounds["ppl_per_word"] = math.exp(min(bounds["nll_per_word"], 700.0))
+        if deterministic:
+            bounds = reconstruction_at_mean(model, sentence_batches(sentences, batch_size, pad_id=eos))
+        else:
+            metrics = evaluate_latent(model, sentence_batches(sentences, batch_size, pad_id=eos), samples, chunk)
+            bounds = dataclasses.asdict(metrics)
+        prior = getattr(model.config, "length_prior", False)
+        words = bounds["tokens"] - len(sentences) if not prior else bounds["tokens"]
+        nll = "reconstruction_nll" if deterministic else "nll"
+        bounds[f"{nll}_per_word"] = bounds[nll] * bounds["examples"] / max(words, 1)
+        bounds[f"{nll.replace('nll', 'ppl')}_per_word"] = math.exp(min(bounds[f"{nll}_per_word"], 700.0))
         report: dict[str, Any] = {"split": split, "bounds": bounds}
         bare = [s[:-1].tolist() if int(s[-1]) == eos else s.tolist() for s in sentences]  # words, no <eos>
         if bleu:
@@ -79,10 +90,38 @@ def latent_report(
                 "mode": mode,
                 "note": "skipped above 300 dimensions" if estimate is None else f"Kraskov k={estimate.k}, max norm",
             }
-        if melbo:
+        if melbo and not deterministic:
             torch.manual_seed(seed)
             result = evaluate_melbo(model, sentence_batches(sentences, batch_size, pad_id=eos), samples=1)
             report["melbo"] = dataclasses.asdict(result)
     finally:
         model.train(was_training)
     return report
+
+
+@torch.no_grad()
+def reconstruction_at_mean(model: Any, batches: Any) -> dict[str, Any]:
+    """-ln p(x | E[q(z|x)]) per sentence and per token, and the active units (Var_x E[q] > 0.01), over
+    ``(tokens, lengths)`` batches: what an auto-encoder's evaluation can say."""
+    from infolm.latent.evaluation import ACTIVE_UNIT_THRESHOLD
+
+    total, examples, tokens = 0.0, 0, 0
+    means: list[torch.Tensor] = []
+    for batch_tokens, lengths in batches:
+        mean = model.posterior(batch_tokens, lengths).mean  # (B, D)
+        total -= float(model.log_likelihood(batch_tokens, lengths, mean.unsqueeze(0)).sum())  # z: (1, B, D)
+        examples += len(lengths)
+        tokens += int(model.scored_tokens(lengths).sum())
+        means.append(mean.reshape(len(lengths), -1).double())
+    codes = torch.cat(means)
+    variance = codes.var(dim=0, unbiased=False)  # Var_x E_q[z_u], as the sampled report's active units
+    return {
+        "deterministic": True,
+        "note": "a deterministic auto-encoder: no likelihood bound, rate, MI or MELBO (its variance head is untrained)",
+        "reconstruction_nll": total / max(examples, 1),
+        "reconstruction_nll_per_token": total / max(tokens, 1),
+        "reconstruction_ppl": math.exp(min(total / max(tokens, 1), 700.0)),
+        "active_units": int((variance > ACTIVE_UNIT_THRESHOLD).sum()),
+        "examples": examples,
+        "tokens": tokens,
+    }
