@@ -123,31 +123,40 @@ def run_cli(
     )
 
 
-def run_cli_concurrently(*commands: list[str], timeout: int = 300) -> list[subprocess.CompletedProcess]:
-    """``run_cli`` of each command, the processes started together (one per core while the machine has
-    them); the results in the order of the commands."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "infolm", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=_cli_env(None),
-        )
-        for args in commands
-    ]
-    results = []
+def start_cli(*args: str) -> subprocess.Popen:
+    """``infolm ARGS`` started in a new process, as ``run_cli`` runs it; ``finish_cli`` waits for it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "infolm", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_cli_env(None),
+    )
+
+
+def finish_cli(proc: subprocess.Popen, timeout: int = 300) -> subprocess.CompletedProcess:
+    """What ``run_cli`` returns, for a process of ``start_cli`` (killed if it outlives ``timeout``)."""
     try:
-        for args, proc in zip(commands, procs):
-            stdout, stderr = proc.communicate(timeout=timeout)
-            results.append(subprocess.CompletedProcess(["infolm", *args], proc.returncode, stdout, stderr))
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def run_cli_concurrently(*commands: list[str], timeout: int = 300) -> list[subprocess.CompletedProcess]:
+    """``run_cli`` of each command, the processes started together so that they share the machine's cores;
+    the results in the order of the commands."""
+    procs = [start_cli(*args) for args in commands]
+    try:
+        return [finish_cli(proc, timeout) for proc in procs]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return results
 
 
 def run_in_process(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

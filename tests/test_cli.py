@@ -99,9 +99,12 @@ def test_data_files_that_are_missing_empty_or_binary(tmp_path):
         f"data.valid={tmp_path / 'ok.txt'}",
         f"data.test={tmp_path / 'ok.txt'}",
     )
-    assert_one_line_error(run_cli(*base, f"data.train={tmp_path / 'nope.txt'}"), "not found")
-    assert_one_line_error(run_cli(*base, f"data.train={tmp_path / 'empty.txt'}"), "is empty")
-    assert_one_line_error(run_cli(*base, f"data.train={tmp_path / 'binary.bin'}"), "binary")
+    missing, empty, binary = run_cli_concurrently(
+        *([*base, f"data.train={tmp_path / name}"] for name in ("nope.txt", "empty.txt", "binary.bin"))
+    )
+    assert_one_line_error(missing, "not found")
+    assert_one_line_error(empty, "is empty")
+    assert_one_line_error(binary, "binary")
     assert not (tmp_path / "run").exists()
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import ROOT, run_cli, run_in_process
+from tests.conftest import ROOT, finish_cli, run_cli, run_in_process, start_cli
 from tests.test_cli import assert_one_line_error
 
 
@@ -62,8 +62,6 @@ def test_damaged_newest_checkpoint_resumes_from_the_newest_intact_one(tmp_path):
     """The newest checkpoint is truncated: resume warns, keeps it aside, and ends where an uninterrupted
     run ends."""
     args = ("train", "configs/tiny.yaml", "train.max_steps=12", "train.checkpoint_every=4", "train.keep_checkpoints=3")
-    reference = tmp_path / "reference"
-    assert run_in_process(*args, f"run.dir={reference}").returncode == 0
     run = tmp_path / "run"
     assert run_in_process(*args[:2], "train.max_steps=8", *args[3:], f"run.dir={run}").returncode == 0
     newest = run / "checkpoints/step-00000008"
@@ -71,7 +69,12 @@ def test_damaged_newest_checkpoint_resumes_from_the_newest_intact_one(tmp_path):
     weights = weights if weights.exists() else newest / "model.safetensors"
     damaged = weights.read_bytes()[:100]
     weights.write_bytes(damaged)
-    result = run_cli(*args, f"run.dir={run}")
+    resumed = start_cli(*args, f"run.dir={run}")
+    reference = tmp_path / "reference"  # the uninterrupted run, here while the damaged one resumes
+    try:
+        assert run_in_process(*args, f"run.dir={reference}").returncode == 0
+    finally:
+        result = finish_cli(resumed)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
