@@ -199,3 +199,34 @@ def test_bad_cola_files_and_mismatched_runs_are_one_line_and_write_nothing(tmp_p
         )
         assert code != 0 and expected in err and len(err.strip().splitlines()) == 1, err
         assert not run_dir.exists()
+
+
+def test_extra_training_text_joins_the_pretraining_text_and_the_wordpiece_vocabulary(small_corpus, tmp_path):
+    """task.extra_train adds a registered dataset's training lines to train (and to WordPiece's input);
+    valid and test stay the corpus's own."""
+    from infolm.data.datasets import dataset_texts
+
+    base = masked_lm_task(small_corpus, tmp_path / "base")
+    config = load_config(
+        None, [*MLM_SETTINGS, f"run.dir={tmp_path / 'extra'}", "task.extra_train=[uniform-symbols-1000]"]
+    )
+    task = TASKS.build("masked-lm", {k: v for k, v in config.task.items() if k != "name"})
+    data = subword_corpus(small_corpus, config, task.config)
+    extra = [line for line in dataset_texts("uniform-symbols-1000")[1]["train"].splitlines() if line.strip()]
+    plain = subword_corpus(small_corpus, load_config(None, [*MLM_SETTINGS, f"run.dir={tmp_path / 'p'}"]), base.config)
+    assert len(data.sentences["train"]) == len(plain.sentences["train"]) + len(extra)
+    assert len(data.sentences["valid"]) == len(plain.sentences["valid"])
+    assert data.tokenizer is not None
+    tail = data.sentences["train"].rows[-3:]
+    for row, line in zip(tail, extra[-3:], strict=True):  # the extra lines close the training text
+        assert row[1 : 1 + len(data.tokenizer.encode([line])[0])].tolist() == data.tokenizer.encode([line])[0]
+    assert data.vocab.itos != plain.vocab.itos  # WordPiece was trained on the joined text
+
+
+def test_unknown_extra_training_text_is_one_line_at_config_time(capsys, tmp_path, monkeypatch):
+    code, err = run_in_process(
+        capsys, monkeypatch, "train", "configs/ptb/bert-nce.yaml", f"run.dir={tmp_path / 'run'}",
+        "task.extra_train=[shakespear]",
+    )  # fmt: skip
+    assert code == 2 and "task.extra_train: unknown text dataset 'shakespear'; known:" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

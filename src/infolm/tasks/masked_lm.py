@@ -48,6 +48,10 @@ class MaskedLMConfig:
     min_frequency: int = 2  # WordPiece trainer: least frequency of a merge
     lowercase: bool = True  # uncased WordPiece (BERT-base uncased)
     pairs: bool = False  # rows [CLS] A [SEP] B [SEP], a row cut at a uniform point (BERT, for NSP); InfoWord: false
+    # registered text datasets whose training lines join the pretraining text (and the WordPiece
+    # trainer's), e.g. [tinyshakespeare] beside PTB, whose text has no punctuation; valid and test stay
+    # data.name's (Kong et al. pretrain on several corpora at once: Wikipedia and BooksCorpus)
+    extra_train: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.max_len < 3:
@@ -62,6 +66,12 @@ class MaskedLMConfig:
             )
         if self.replace_mask < 0 or self.replace_random < 0 or self.replace_mask + self.replace_random > 1:
             raise InfolmError("task.replace_mask and replace_random must be non-negative and sum to at most 1")
+        from infolm.data.datasets import DATASETS
+
+        texts = sorted(name for name, spec in DATASETS.items() if spec.kind == "text")
+        for name in self.extra_train:
+            if name not in texts:
+                raise InfolmError(f"task.extra_train: unknown text dataset {name!r}; known: {', '.join(texts)}")
 
     def tokenizer(self) -> WordPieceConfig:
         return WordPieceConfig(self.vocab_size, self.min_frequency, self.lowercase)
@@ -145,9 +155,19 @@ def masked_rows(
     return Batch(masked.inputs, masked.targets, padding_mask=real, lengths=real.sum(1), extras={SPAN_IDS: spans})
 
 
+def extra_lines(name: str) -> list[str]:
+    """The non-empty training lines of the registered text dataset ``name`` (cache, mirror, sha256)."""
+    from infolm.data.datasets import dataset_texts
+
+    _, texts = dataset_texts(name)
+    return [line.strip() for line in texts["train"].splitlines() if line.strip()]
+
+
 def subword_corpus(corpus: Any, config: Config, settings: MaskedLMConfig) -> EncoderData:
     """A word-level corpus's lines as WordPiece sentences, with the run's tokenizer (``wordpiece_run``)."""
     lines = {split: corpus_lines(corpus, split) for split in corpus.splits}
+    for name in settings.extra_train:
+        lines["train"] = lines["train"] + extra_lines(name)
     tokenizer = run_tokenizer(config.run.dir, config.run.init_from, lambda: lines["train"], settings.tokenizer())
     sentences = {split: SubwordSentences.from_ids(tokenizer.encode(text)) for split, text in lines.items()}
     return EncoderData.of(tokenizer, sentences)
