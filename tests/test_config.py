@@ -63,3 +63,17 @@ def test_a_run_from_before_a_setting_existed_resumes_with_its_default(tmp_path):
     changed = load_config(ROOT / "configs/tiny.yaml", [f"run.dir={tmp_path}", "data.extra_tokens=[<x>]"])
     with pytest.raises(InfolmError, match="data.extra_tokens"):
         check_run_dir(changed, tmp_path)
+
+
+def test_a_mapping_override_that_merges_into_the_file_gets_a_note():
+    """``objective={noising: ...}`` keeps the file's ``mle`` term; the note names it and how to drop it."""
+    from infolm.config import merge_notes
+
+    path = ROOT / "configs/ptb/imm-table2-cpu-continue.yaml"
+    notes = merge_notes(path, ["objective={noising: {gamma0: 0.2}}"])
+    assert notes == [
+        "objective={...} merges into the config's objective; kept from the file: mle (~objective.mle drops it)"
+    ]
+    assert merge_notes(path, ["~objective.mle", "objective={noising: {gamma0: 0.2}}"]) == []
+    assert merge_notes(path, ["objective.noising.gamma0=0.2", "optim.lr=1"]) == []  # dotted keys: nothing to say
+    assert merge_notes(path, ["objective={mle: {weight: 2.0}}"]) == []  # names every term the file has

@@ -319,6 +319,31 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str
     return _deep_merge(base, _parse_overrides([item for item in overrides if not item.startswith("~")]))
 
 
+def merge_notes(path: str | Path | None, overrides: Sequence[str]) -> list[str]:
+    """One line per ``key={...}`` override that merges into a mapping of the file rather than replacing
+    it, naming what the file keeps there (e.g. ``objective={noising: {}}`` keeps the file's ``mle``)."""
+    written = [item.split("=", 1) for item in overrides if not item.startswith("~") and "=" in item]
+    mappings = [(key, value) for key, value in written if value.lstrip().startswith("{")]
+    if path is None or not mappings:
+        return []
+    base = load_raw(path, [item for item in overrides if item.startswith("~")])
+    notes = []
+    for key, value in mappings:
+        section: Any = base
+        for part in key.split("."):
+            section = section.get(part) if isinstance(section, Mapping) else None
+        given = _parse_overrides([f"{key}={value}"])
+        for part in key.split("."):
+            given = given.get(part, {}) if isinstance(given, Mapping) else {}
+        kept = [str(k) for k in section if k not in given] if isinstance(section, Mapping) else []
+        if kept:
+            drop = " ".join(f"~{key}.{k}" for k in kept)
+            notes.append(
+                f"{key}={{...}} merges into the config's {key}; kept from the file: {', '.join(kept)} ({drop} drops it)"
+            )
+    return notes
+
+
 def _yaml_problem(error: Any) -> str:
     """``line L, column C: problem`` of a YAML syntax error (1-based, as editors count)."""
     mark = error.problem_mark or error.context_mark

@@ -51,10 +51,12 @@ def _print(payload: dict[str, Any], as_json: bool) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from infolm.build import train
-    from infolm.config import load_config
+    from infolm.config import load_config, merge_notes
 
     overrides = list(args.overrides)
     config = load_config(args.config, overrides)
+    for note in merge_notes(args.config, overrides):
+        sys.stderr.write(f"infolm: note: {note}\n")
     summary = train(config, overrides)
     _print(summary, args.json)
     return 0
