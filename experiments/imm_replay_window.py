@@ -45,8 +45,8 @@ def main() -> None:
     generator = torch.Generator().manual_seed(args.seed)
     ends = torch.randint(args.reference, len(stream) - 1, (args.positions,), generator=generator)  # (N,)
     restricted = build_ngram(stream, len(corpus.vocab), 2, method="modified-kn", history_id=corpus.vocab.eos_id)
-    target = torch.as_tensor(restricted.next_token_distribution(stream[ends].unsqueeze(1)))  # (N, V) P̂(y|sh)
-    short, groups = torch.unique(stream[ends], return_inverse=True)
+    short, groups = torch.unique(stream[ends], return_inverse=True)  # (C,) short contexts, (N,) each one's
+    target = torch.as_tensor(restricted.next_token_distribution(short.unsqueeze(1)))  # (C, V) P̂(y|sh)
 
     def predictions(window: int) -> torch.Tensor:  # (N, V) log Q(· | the window ending at each position)
         rows = stream[(ends - window + 1).unsqueeze(1) + torch.arange(window)]  # (N, W)
@@ -62,8 +62,7 @@ def main() -> None:
         total = torch.zeros(len(short), log_q.size(1)).index_add(0, groups, log_q.exp())
         counts = torch.bincount(groups, minlength=len(short)).unsqueeze(1)
         log_induced = torch.log(total / counts)
-        first = torch.zeros(len(short), dtype=torch.long).scatter_(0, groups.flip(0), torch.arange(len(groups)).flip(0))
-        per_context = -(target[first] * log_induced).sum(-1)
+        per_context = -(target * log_induced).sum(-1)
         return float((per_context * counts.squeeze(1)).sum() / len(groups))
 
     reference = predictions(args.reference)

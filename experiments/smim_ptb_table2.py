@@ -30,10 +30,10 @@ PAPER = {  # Table 2 (PTB, latent 16), Table 6 (entropy, 16D) and Table 7 (BLEU-
 def latent_run_report(run: Path, samples: int, sentences: int) -> dict[str, Any]:
     from infolm.build import load_run
     from infolm.evaluation.latent_report import latent_report
-    from infolm.objectives import OBJECTIVES
+    from infolm.objectives.base import deterministic_latent
 
     config, corpus, model = load_run(run, "cpu", full_splits=True)
-    deterministic = any(getattr(OBJECTIVES.get(n).factory, "deterministic_latent", False) for n in config.objective)
+    deterministic = deterministic_latent(config.objective)
     saved = run / "report-test.json"
     if saved.exists():
         report = dict(json.loads(saved.read_text()))

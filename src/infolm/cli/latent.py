@@ -73,9 +73,9 @@ def _load(run_dir: str) -> tuple[Any, Any, Any]:
 
 def _deterministic(config: Any) -> bool:
     """Whether the run's objectives make its codes deterministic (an auto-encoder)."""
-    from infolm.objectives import OBJECTIVES
+    from infolm.objectives.base import deterministic_latent
 
-    return any(getattr(OBJECTIVES.get(name).factory, "deterministic_latent", False) for name in config.objective)
+    return deterministic_latent(config.objective)
 
 
 def _mode(config: Any, requested: str | None) -> str:

@@ -8,7 +8,7 @@ settings. :class:`Composite` sums weighted terms and is the only loss the traine
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import torch
@@ -163,3 +163,9 @@ def build_objective(settings: Mapping[str, Any]) -> Composite:
     for name, term_settings in settings.items():
         terms[name] = OBJECTIVES.build(name, term_settings or {}, where=f"objective.{name}")
     return Composite(terms)
+
+
+def deterministic_latent(objective_names: Iterable[str]) -> bool:
+    """Whether these objectives make a latent model's codes deterministic (an auto-encoder's posterior
+    means): such a run is decoded and evaluated at the means, without sampled bounds."""
+    return any(getattr(OBJECTIVES.get(name).factory, "deterministic_latent", False) for name in objective_names)

@@ -418,7 +418,8 @@ class IMM(Objective):
             terms.losses["imm"] = torch.zeros((), device=device, requires_grad=True)
             return terms
         k = config.k if batch.step % config.j == 0 else 1
-        contexts, context_ids, weights = self._select(batch)  # (P, L), (P,), (P,)
+        positions = self._positions(batch)  # every position's short context, its id, whether it counts
+        contexts, context_ids, weights = self._select(batch, positions)  # (P, L), (P,), (P,)
         if len(context_ids) == 0:  # nothing to match (e.g. an empty state bank)
             terms.losses["imm"] = torch.zeros((), device=device, requires_grad=True)
         else:
@@ -427,7 +428,7 @@ class IMM(Objective):
             target = torch.as_tensor(target).to(device=device, dtype=dtype)
             weights = weights.to(device=device, dtype=dtype)
             if config.realization == "in-batch":
-                log_induced = self._in_batch_log_induced(batch, output, context_ids, k)  # (P, V)
+                log_induced = self._in_batch_log_induced(positions, output, context_ids, k)  # (P, V)
                 terms.losses["imm"] = _weighted_mean(-(target * log_induced).sum(-1), weights)  # Eqs. 12, 15
             else:
                 terms.losses["imm"] = self._sampled_loss(model, contexts, context_ids, k, target, weights)
@@ -449,7 +450,9 @@ class IMM(Objective):
 
     # -- which short contexts -------------------------------------------------------------------
 
-    def _select(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    def _select(
+        self, batch: Batch, positions: tuple[Tensor, Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """The distinct short contexts of the selected positions of ``batch.inputs`` (Eq. 12).
 
         Returns their tokens (U, L), context ids (U,) and weights (U,): each context's share of the
@@ -460,7 +463,7 @@ class IMM(Objective):
         empty = batch.inputs.new_zeros((0, length)).cpu(), batch.inputs.new_zeros((0,)).cpu(), torch.zeros(0)
         if batch.inputs.size(1) < length:
             return empty
-        contexts, ids, eligible = self._positions(batch)
+        contexts, ids, eligible = self._positions(batch) if positions is None else positions
         flat_contexts, flat_ids = contexts.reshape(-1, length)[eligible.reshape(-1)], ids[eligible]
         if self.config.realization == "state-bank":  # only contexts with a banked state (a biased subset)
             has_state = self.bank.available(flat_ids)
@@ -479,20 +482,25 @@ class IMM(Objective):
         assert self.index is not None
         length = self.context_len
         inputs, targets = batch.inputs.cpu(), batch.targets.cpu()
+        if inputs.size(1) < length:  # no position has a whole short context in this row
+            empty = inputs.new_zeros((inputs.size(0), 0))
+            return inputs.new_zeros((inputs.size(0), 0, length)), empty, empty.bool()
         contexts = inputs.unfold(1, length, 1)  # (B, T-L+1, L), context ending at t = L-1..T-1
         ids = self.index.lookup(contexts)  # (B, T-L+1)
         return contexts, ids, (ids >= 0) & (targets[:, length - 1 :] != IGNORE_INDEX)
 
     # -- how extended contexts are fed ------------------------------------------------------------
 
-    def _in_batch_log_induced(self, batch: Batch, output: Any, context_ids: Tensor, k: int) -> Tensor:
+    def _in_batch_log_induced(
+        self, positions: tuple[Tensor, Tensor, Tensor], output: Any, context_ids: Tensor, k: int
+    ) -> Tensor:
         """(P,) context ids -> (P, V) log Q̂(·|sh) from up to k of the batch's positions with that context.
 
         The primary pass's prediction at such a position is Q(·|sh, x) for its extended context x, a
         draw from extend(sh): the k-sample estimate of Eq. 15 (log of the mean, Eq. 21) without a pass
         of its own. Draws are uniform without replacement among the batch's eligible positions.
         """
-        _, ids, eligible = self._positions(batch)
+        _, ids, eligible = positions
         rows = torch.nonzero(eligible.reshape(-1)).squeeze(1)  # (N,) flat positions of (B, T-L+1)
         pool_ids = ids.reshape(-1)[rows]
         group = torch.searchsorted(context_ids, pool_ids).clamp(max=len(context_ids) - 1)
