@@ -67,9 +67,9 @@ def latent_report(
             bounds = dataclasses.asdict(metrics)
         prior = getattr(model.config, "length_prior", False)
         words = bounds["tokens"] - len(sentences) if not prior else bounds["tokens"]
-        nll = "reconstruction_nll" if deterministic else "nll"
+        nll, ppl = ("reconstruction_nll", "reconstruction_ppl") if deterministic else ("nll", "ppl")
         bounds[f"{nll}_per_word"] = bounds[nll] * bounds["examples"] / max(words, 1)
-        bounds[f"{nll.replace('nll', 'ppl')}_per_word"] = math.exp(min(bounds[f"{nll}_per_word"], 700.0))
+        bounds[f"{ppl}_per_word"] = math.exp(min(bounds[f"{nll}_per_word"], 700.0))
         report: dict[str, Any] = {"split": split, "bounds": bounds}
         bare = [s[:-1].tolist() if int(s[-1]) == eos else s.tolist() for s in sentences]  # words, no <eos>
         if bleu:
