@@ -32,6 +32,8 @@ EXPECTED = {
     "imm": {"mle", "imm"},
     "imm-positions-8": {"mle", "imm"},
     "imm-in-batch": {"mle", "imm"},
+    "none-lr5": {"mle"},
+    "imm-positions-8-lr5": {"mle", "imm"},
 }
 
 
@@ -45,6 +47,7 @@ def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) 
     assert set(config.objective) == EXPECTED[arm]
     if arm == "imm-in-batch":
         assert config.objective["imm"]["realization"] == "in-batch"
+    assert config.optim.lr == (5.0 if arm.endswith("-lr5") else 20.0 if arm == "baseline" else 10.0)
 
 
 def test_realizations_script_arms_train_exactly_their_terms() -> None:
