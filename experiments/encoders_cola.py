@@ -22,8 +22,8 @@ reported on CoLA's public in-domain dev set):
 
 Table 2 takes one encoder at a time (pretraining, then its fine-tuning seeds). Writes
 ``OUT/results.json`` (commands, wall times, every summary; an earlier invocation's entries are kept)
-after every fine-tuning and prints both tables (markdown). Finished runs are reused: rerunning the
-command continues where it stopped.
+after every fine-tuning and prints both tables (markdown; ``--print-only`` prints them from
+``OUT/results.json`` alone). Finished runs are reused: rerunning the command continues where it stopped.
 """
 
 from __future__ import annotations
@@ -67,9 +67,45 @@ def finetune(
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def cell(summary: dict[str, Any], split: str) -> str:
-    stats = summary["summary"][split]["mcc"]
-    return f"{100 * stats['mean']:.1f} ± {100 * stats['std']:.1f}"
+def cell(summary: dict[str, Any], split: str, metric: str = "mcc", scale: float = 100.0, digits: int = 1) -> str:
+    stats = summary["summary"][split][metric]
+    return f"{scale * stats['mean']:.{digits}f} ± {scale * stats['std']:.{digits}f}"
+
+
+def fine_tuning_cells(summary: dict[str, Any]) -> str:
+    """Seeds, held-out and public-dev MCC x 100 (mean ± std), public-dev MCC per seed, public-dev accuracy."""
+    seeds = ",".join(map(str, summary["seeds"]))
+    per_seed = ", ".join(f"{100 * summary['per_seed'][str(seed)]['test']['mcc']:.2f}" for seed in summary["seeds"])
+    accuracy = cell(summary, "test", "accuracy", 1.0, 3)
+    return f"{seeds} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {per_seed} | {accuracy}"
+
+
+def pretraining_cell(run_dir: Path) -> str:
+    """The encoder's last validation: full-softmax MLM nats per masked subword / masked accuracy."""
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        return "–"
+    lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    valid = [line for line in lines if line.get("split") == "valid"]
+    return f"{valid[-1]['loss']:.3f} / {100 * valid[-1]['accuracy']:.1f}%" if valid else "–"
+
+
+def print_tables(results: dict[str, Any], out: Path, table3_encoder: str) -> None:
+    """Both tables as markdown, from OUT/results.json and the pretraining runs' metrics."""
+    columns = "seeds | valid (held out) | test (public dev) | per seed, test | test accuracy"
+    if results.get("table2"):
+        print(f"\n| encoder | pretraining valid: MLM nats / masked accuracy | {columns} | paper (GLUE test, BASE) |")
+        print("| --- " * 8 + "|")
+        for name, summary in results["table2"].items():
+            paper = PAPER_TABLE2["BERT-NCE" if name == "bert-nce" else "InfoWord"]
+            pretrained = pretraining_cell(out / "pretrain" / name)
+            print(f"| {name} | {pretrained} | {fine_tuning_cells(summary)} | {paper} |")
+    if results.get("table3"):
+        print(f"\nencoder {table3_encoder}, pretraining valid: {pretraining_cell(out / 'pretrain' / table3_encoder)}")
+        print(f"| fine-tuning | {columns} | paper (BERT-base, CoLA) |")
+        print("| --- " * 7 + "|")
+        for variant, summary in results["table3"].items():
+            print(f"| {variant} | {fine_tuning_cells(summary)} | {PAPER_TABLE3[variant]} |")
 
 
 def main() -> None:
@@ -99,8 +135,14 @@ def main() -> None:
     )
     parser.add_argument("--table3-encoder", default="bert-mlm", help="bert-mlm, or bert-nce to reuse it")
     parser.add_argument("--tables", nargs="+", default=["2", "3"], choices=["2", "3"], help="run in this order")
+    parser.add_argument("--print-only", action="store_true", help="print the tables of OUT/results.json; run nothing")
     args = parser.parse_args()
     out = ROOT / args.out
+    if args.print_only:
+        if not (out / "results.json").is_file():
+            sys.exit(f"encoders_cola.py: no results in {out} (run without --print-only first)")
+        print_tables(json.loads((out / "results.json").read_text()), out, args.table3_encoder)
+        return
     log: list[dict[str, Any]] = []
     results: dict[str, Any] = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}", "runs": log}
     if (out / "results.json").is_file():  # an earlier invocation's tables and commands are kept
@@ -131,11 +173,6 @@ def main() -> None:
             encoders[name] = pretrain(name, config, out, budget, extra, log)
             rows[name] = finetune(name, "base", encoders[name], args.seeds, out, tuning, log)
             save()
-        print("\n| encoder | CoLA MCC valid (held out) | CoLA MCC test (public dev) | paper (test, BASE) |")
-        print("| --- | --- | --- | --- |")
-        for name, summary in rows.items():
-            paper = PAPER_TABLE2["BERT-NCE" if name == "bert-nce" else "InfoWord"]
-            print(f"| {name} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {paper} |")
 
     def table3() -> None:
         name = args.table3_encoder
@@ -146,14 +183,11 @@ def main() -> None:
         for variant in ("base", "mlm", "imm"):
             variants[variant] = finetune(name, variant, encoders[name], args.seeds, out, tuning, log)
             save()
-        print(f"\n| fine-tuning ({name}) | CoLA MCC valid (held out) | CoLA MCC test (public dev) | paper |")
-        print("| --- | --- | --- | --- |")
-        for variant, summary in variants.items():
-            print(f"| {variant} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {PAPER_TABLE3[variant]} |")
 
     for table in args.tables:  # in the order given
         {"2": table2, "3": table3}[table]()
     save()
+    print_tables(results, out, args.table3_encoder)
 
 
 if __name__ == "__main__":
