@@ -152,10 +152,11 @@ def test_train_then_evaluate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     data = tmp_path / "data.txt"
     data.write_text("\n".join(LINES) + "\n")
     config = tmp_path / "run.yaml"
-    selection = ", selection: reconstruction" if objective == "ae" else ""
+    # each objective's own validation loss selects (SentenceMIM Sec. 4.2)
+    selection = {"amim": "amim", "elbo": "elbo", "ae": "reconstruction"}[objective]
     lines = [
         f"data: {{name: path, train: {data}, valid: {data}, test: {data}, batch_size: 2, eval_batch_size: 5}}",
-        f"task: {{name: sentence-latent, valid_samples: 2, test_samples: 2, chunk: 2{selection}}}",
+        f"task: {{name: sentence-latent, valid_samples: 2, test_samples: 2, chunk: 2, selection: {selection}}}",
         "model: {name: sentence-gru, emb: 8, hidden: 12, latent: 3}",
         f"objective: {{{objective}: {{}}}}",
         "optim: {name: adam, lr: 0.01}",
@@ -169,6 +170,8 @@ def test_train_then_evaluate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if r.get("split") == "valid"]
     assert len(evals) == 2 and all("kl" in r and "mi" in r for r in evals)
+    logged = {"amim": "amim_loss", "elbo": "neg_elbo", "ae": "reconstruction_nll"}[objective]
+    assert min(r[logged] for r in evals) == evals[-1][f"best_{logged}"]
     code, out, _ = run(capsys, "latent", "evaluate", str(run_dir), "--samples", "2", "--json")
     assert code == 0 and json.loads(out)["bounds"]["examples"] == 5
 

@@ -81,6 +81,12 @@ def kl_estimate(log_likelihood: Tensor, log_ratio: Tensor) -> Tensor:
     return self_normalized_log_likelihood(log_likelihood, log_ratio) - iwae_bound(log_likelihood, log_ratio)
 
 
+def amim_loss(log_likelihood: Tensor, log_posterior: Tensor, log_anchor: Tensor) -> Tensor:
+    """SentenceMIM Alg. 1 line 3 per example, -[h + 1/2 (ln q(z|x) + ln P(z))] averaged over the draws
+    (Eq. 14 without its constant 1/2 H_P(x)): (K, B) each -> (B,)."""
+    return -(log_likelihood + 0.5 * (log_posterior + log_anchor)).mean(0)
+
+
 def renyi_estimate(log_likelihood: Tensor, log_ratio: Tensor, alpha: float) -> Tensor:
     """(Ŝ_α^K - α Ŝ^K) / (α - 1): the Rényi objective's estimate of D_α(p(z|x) || p(z)) (Eq. 5.16)."""
     s_alpha = iwae_bound(log_likelihood, log_ratio, alpha)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from infolm.latent.base import LatentVariableModel, draw
-from infolm.latent.estimators import iwae_bound, kl_estimate
+from infolm.latent.estimators import amim_loss, iwae_bound, kl_estimate
 from infolm.latent.latents import posterior_mean
 
 ACTIVE_UNIT_THRESHOLD = 0.01  # Burda et al. 2015: a unit is active if Var_x E_q[z_u] > 0.01
@@ -31,6 +31,7 @@ class LatentBounds:
     distortion: Tensor  # -E_q ln p(x|z), K-draw estimate
     mutual_information: Tensor  # Û^K - Ŝ^K (Eq. 5.12): averaged over data, the MI estimate of Sec. 5.7.1
     posterior_mean: Tensor  # E_q[z] flattened, for active units
+    amim: Tensor  # the A-MIM loss of SentenceMIM Alg. 1 line 3, K-draw average (its validation loss)
 
 
 @torch.no_grad()
@@ -52,6 +53,7 @@ def latent_bounds(
         distortion=distortion,
         mutual_information=kl_estimate(h, r),
         posterior_mean=posterior_mean(q),
+        amim=amim_loss(h, draws.log_posterior, draws.log_prior),
     )
 
 
@@ -69,6 +71,8 @@ class LatentMetrics:
     mutual_information: float  # mean of Û^K - Ŝ^K per example
     mutual_information_per_token: float
     active_units: int
+    amim: float  # the A-MIM loss per example (SentenceMIM Alg. 1 line 3, K-draw average)
+    amim_per_token: float
     examples: int
     tokens: int
     samples: int
@@ -89,7 +93,7 @@ class LatentAccumulator:
         self.mean_square_sum: Tensor | None = None
 
     def add(self, bounds: LatentBounds, tokens: int) -> None:
-        for name in ("log_likelihood_bound", "elbo", "rate", "distortion", "mutual_information"):
+        for name in ("log_likelihood_bound", "elbo", "rate", "distortion", "mutual_information", "amim"):
             self.sums[name] = self.sums.get(name, 0.0) + float(getattr(bounds, name).double().sum())
         mean = bounds.posterior_mean.double()
         self.mean_sum = mean.sum(0) if self.mean_sum is None else self.mean_sum + mean.sum(0)
@@ -115,6 +119,8 @@ class LatentAccumulator:
             mutual_information=self.sums["mutual_information"] / n,
             mutual_information_per_token=self.sums["mutual_information"] / t,
             active_units=int((variance > ACTIVE_UNIT_THRESHOLD).sum()),
+            amim=self.sums["amim"] / n,
+            amim_per_token=self.sums["amim"] / t,
             examples=n,
             tokens=self.tokens,
             samples=self.samples,

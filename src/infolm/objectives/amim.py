@@ -16,17 +16,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, cast
 
-from torch import Tensor, nn
+from torch import nn
 
 from infolm.errors import InfolmError
 from infolm.latent.base import LatentVariableModel
+from infolm.latent.estimators import amim_loss
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.latent_mc import require_latent_model, sentence_rows
-
-
-def amim_loss(log_likelihood: Tensor, log_posterior: Tensor, log_anchor: Tensor) -> Tensor:
-    """Alg. 1, line 3 per example, averaged over draws: (K, B) each -> (B,)."""
-    return -(log_likelihood + 0.5 * (log_posterior + log_anchor)).mean(0)
 
 
 @dataclasses.dataclass

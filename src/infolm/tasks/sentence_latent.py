@@ -8,8 +8,11 @@ a split with the IWAE-K bound on -ln p(x) under the model's own prior (K = ``val
 validation, ``test_samples`` on test) and reports the ELBO, the rate KL(q||p), the distortion, an MI
 estimate and the active units (``infolm.latent.evaluation``). Per-token values divide by the scored
 tokens (the words and each sentence's ``<eos>``; the words alone under a sentence-length prior).
-The selection metric is the per-token IWAE bound, or, for a deterministic auto-encoder whose
-posterior variance means nothing, the per-token reconstruction NLL at the posterior mean.
+The selection metric (``selection``) is the per-token IWAE bound; or the training objective's own
+loss on the split, which SentenceMIM's learning-rate schedule reads (Sec. 4.2, "the validation
+loss"): the A-MIM loss of Alg. 1 (``amim``), the negative ELBO with β = 1 (``elbo``), or, for a
+deterministic auto-encoder whose posterior variance means nothing, the reconstruction NLL at the
+posterior mean (``reconstruction``); all per scored token, as the training losses.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from infolm.errors import InfolmError
 from infolm.tasks.base import Metrics, perplexity, register_task
 from infolm.tasks.sentence_lm import SentenceLM, SentenceLMConfig
 
-SELECTIONS = ("nll", "reconstruction")
+SELECTIONS = ("nll", "reconstruction", "amim", "elbo")
 
 
 @dataclasses.dataclass
@@ -33,7 +36,9 @@ class SentenceLatentConfig(SentenceLMConfig):
     valid_samples: int = 100  # K of the IWAE bound on validation (Melis thesis ch. 5: 100; costly on CPU)
     test_samples: int = 500  # K of the IWAE bound on test (Melis thesis ch. 5: 500)
     chunk: int = 50  # draws per decoder pass in evaluation (memory: chunk x batch x length x vocabulary)
-    selection: str = "nll"  # nll: the IWAE-K bound per token | reconstruction: -ln p(x | E[q(z|x)]) per token (AE)
+    # nll: the IWAE-K bound per token | amim: the A-MIM loss (Alg. 1 line 3) | elbo: -ELBO (β = 1) |
+    # reconstruction: -ln p(x | E[q(z|x)]) (AE); all per scored token
+    selection: str = "nll"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -103,6 +108,14 @@ class SentenceLatent(SentenceLM):
         }
         log_names = {"nll": "loss", "ppl": "ppl", "kl": "kl", "mi": "mi", "active_units": "active_units"}
         selection = "nll"
+        if self.config.selection == "amim":
+            values["amim_loss"] = metrics.amim_per_token
+            log_names["amim_loss"] = "amim_loss"
+            selection = "amim_loss"
+        if self.config.selection == "elbo":
+            values["neg_elbo"] = -metrics.elbo * metrics.examples / max(metrics.tokens, 1)
+            log_names["neg_elbo"] = "neg_elbo"
+            selection = "neg_elbo"
         if self.config.selection == "reconstruction":
             values["reconstruction_nll"] = reconstruction / max(metrics.tokens, 1)
             values["reconstruction_ppl"] = perplexity(values["reconstruction_nll"])
