@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# SentenceMIM Table 2 / 7 at a CPU scale: sMIM, sVAE, AE and a sentence LSTM LM on PTB, trained one
-# after the other (3,000 steps each), for the seeds given (default: 0). Then
+# SentenceMIM Table 2 / 7 at a CPU scale, trained to convergence: sMIM, sVAE, sVAE + KL annealing,
+# AE and a sentence LSTM LM on PTB (configs/ptb/{smim,svae,ae,sentence-lstm}-cpu.yaml), one after the
+# other, for the seeds given (default: 0). A stopped run resumes when the script is run again; a
+# finished one is skipped. Then
 #   python experiments/smim_ptb_table2.py --seeds 0
 # evaluates the runs and prints the table of docs/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${*:-0}
 for seed in $seeds; do
-  for name in smim svae ae sentence-lstm; do
-    OMP_NUM_THREADS=1 python -m infolm train "configs/ptb/${name}-cpu.yaml" \
-      "run.dir=runs/smim-ptb-cpu/${name}-s${seed}" "run.seed=${seed}"
+  for arm in smim svae svae-kl ae sentence-lstm; do
+    run="runs/smim-ptb-cpu/${arm}-s${seed}"
+    [[ -f "$run/train-summary.json" ]] && continue
+    config="configs/ptb/${arm%-kl}-cpu.yaml"
+    extra=()
+    [[ $arm == svae-kl ]] && extra=("objective.elbo.anneal=logistic")  # "+ kl": k = 0.0025, x0 = 10,000
+    # the summary is written only when training ends by itself (early stopping or the epoch limit)
+    OMP_NUM_THREADS=1 python -m infolm train "$config" "run.dir=$run" "run.seed=${seed}" \
+      ${extra[@]+"${extra[@]}"} --json > "$run.summary.tmp"
+    mv "$run.summary.tmp" "$run/train-summary.json"
   done
 done

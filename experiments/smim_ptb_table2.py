@@ -18,10 +18,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-LATENT = {"smim": "sMIM (A-MIM)", "svae": "sVAE (ELBO)", "ae": "AE"}
+LATENT = {"smim": "sMIM (A-MIM)", "svae": "sVAE (ELBO)", "svae-kl": "sVAE + kl (logistic annealing)", "ae": "AE"}
 PAPER = {  # Table 2 (PTB, latent 16), Table 6 (entropy, 16D) and Table 7 (BLEU-1, 16D)
     "smim": {"nll": "≤ 98.35 (MELBO)", "kl": "–", "bleu": "0.35", "entropy": "11.54"},
     "svae": {"nll": "≤ 106.84 (ELBO)", "kl": "1.6", "bleu": "0.124", "entropy": "–"},
+    # no PTB "+ kl" row: "due to the small size of PTB, annealing produced over-fitting" (Sec. 4.3)
+    "svae-kl": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
     "ae": {"nll": "–", "kl": "–", "bleu": "0.348", "entropy": "35.95"},
     "sentence-lstm": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
 }
@@ -71,13 +73,16 @@ def lm_run_report(run: Path, sentences: int) -> dict[str, Any]:
 
 
 def finished(run: Path) -> bool:
-    """The run reached its step budget (a run still training is not evaluated)."""
+    """The run ended by itself (``smim_ptb_cpu.sh`` writes ``train-summary.json`` then) or reached its
+    step budget; a run still training is not evaluated."""
     from infolm.config import load_config
 
+    if (run / "train-summary.json").is_file():
+        return True
     config = load_config(run / "config.yaml")
     metrics = run / "metrics.jsonl"
     if config.train.max_steps is None or not metrics.exists():
-        return metrics.exists()
+        return False  # an epoch-limited run is finished only with its summary
     steps = [json.loads(line).get("step", 0) for line in metrics.read_text().splitlines() if line.strip()]
     return max(steps, default=0) >= config.train.max_steps
 
