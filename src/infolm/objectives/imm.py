@@ -16,10 +16,14 @@ Choices made here (the paper leaves them open for a recurrent model):
   without replacement instead: the same expected gradient, more variance, less cost.
 * How many samples: k on every j-th optimizer step (``batch.step % j == 0``), 1 otherwise (App. D.2).
 * How an extended context is realized (``realization``):
-    - ``replay`` (default, faithful): fresh samples through the current parameters, as Eq. 15 and the
-      authors' released code: each sample is the ``context_window`` tokens of training stream that
-      end at a uniformly drawn occurrence of the short context (its extended context truncated to
-      the paper's unroll of 35), run from a zero state; the gradient flows through the whole window.
+    - ``replay`` (default, faithful to Eq. 15): fresh samples through the current parameters, as the
+      authors' released code draws them: each sample is the ``context_window`` tokens of training
+      stream that end at a uniformly drawn occurrence of the short context (its extended context
+      truncated to the paper's unroll of 35), run from a zero state; the gradient flows through the
+      whole window. The released code differs in how a window is fed (it runs only the window's
+      last i+1 tokens, i the position within the unroll, from the batch row's carried state) and
+      in its 1-sample steps; docs/results.md ("The authors' released code, read against ours")
+      lists every difference.
     - ``in-batch`` (opt-in approximation): the batch's own positions that share a short context are
       draws from extend(sh) already computed by the primary pass: up to k of them (uniformly, without
       replacement) form the induced estimate of Eq. 15, and the gradient flows through the primary
