@@ -3,6 +3,7 @@ restores the training weights, the optimizer state and the averager saved with `
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,54 @@ def test_restart_before_any_evaluation_restores_the_initial_state(
     monkeypatch.setattr(Trainer, "_restart_from_best", inspected_restart)
     train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
     assert seen["weights"] and seen["optimizer_empty"] and seen["averager"]
+
+
+@pytest.mark.parametrize("restore", [True, False])
+def test_plateau_decay_reloads_the_best_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore: bool) -> None:
+    """With ``optim.plateau_restore_best`` a decay puts the weights of ``best/`` back (the released code
+    of Zaremba et al., Xie et al. and the IMM authors); without it the weights go on."""
+    from infolm.build import train
+    from infolm.config import load_config
+    from infolm.tasks.base import Metrics
+
+    overrides = [
+        f"run.dir={tmp_path}",
+        "train.max_steps=8",
+        "train.eval_every=2",
+        "train.checkpoint_every=0",
+        "optim.schedule=plateau",
+        "optim.decay=0.5",
+        f"optim.plateau_restore_best={str(restore).lower()}",
+    ]
+    # best at the second evaluation (step 4); the later ones are worse and decay (steps 6 and 8)
+    losses = itertools.chain([5.0, 4.0, 6.0], itertools.repeat(7.0))
+    seen: dict[str, Any] = {}
+    original = Trainer._evaluate_and_log
+
+    def scripted_evaluate(self: Trainer, split: str = "valid") -> Metrics:
+        self.last_eval_step = self.step
+        return Metrics({"loss": next(losses)}, selection="loss")
+
+    def inspected(self: Trainer) -> None:
+        original(self)
+        if self.step == 6:
+            best = load_file(str(self.run_dir / "checkpoints" / "best" / "model.safetensors"))
+            seen["lr"] = self.schedule.lr
+            weights = self.model.state_dict()
+            seen["weights_are_best"] = all(torch.equal(v, best[k]) for k, v in weights.items() if k in best)
+
+    monkeypatch.setattr(Trainer, "evaluate", scripted_evaluate)
+    monkeypatch.setattr(Trainer, "_evaluate_and_log", inspected)
+    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+    assert seen["lr"] == 10.0  # 20 halved once
+    assert seen["weights_are_best"] is restore
+    events = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("event") == "plateau_restore_best"]
+    assert [r["step"] for r in events] == ([6, 8] if restore else [])
+
+
+def test_plateau_restore_best_needs_the_plateau_schedule() -> None:
+    from infolm.config import OptimConfig
+    from infolm.errors import InfolmError
+
+    with pytest.raises(InfolmError, match="optim.plateau_restore_best needs optim.schedule=plateau"):
+        OptimConfig(plateau_restore_best=True)

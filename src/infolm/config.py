@@ -72,6 +72,9 @@ class OptimConfig:
     decay: float = 0.5  # multiplicative LR decay (step and plateau)
     decay_start_epoch: int = 4  # step: decay at the end of each epoch after this many epochs
     plateau_patience: int = 0  # plateau: evaluations without improvement before decaying
+    # plateau: on each decay, reload the best evaluation's weights (Zaremba et al.'s and Xie et al.'s
+    # code, and the IMM authors' released code, which builds on them); the optimizer state is kept
+    plateau_restore_best: bool = False
     warmup_steps: int = 0  # warmup-linear: updates of linear warmup (0: use warmup_fraction)
     warmup_fraction: float = 0.0  # warmup-linear: warmup as a fraction of the run's total updates
     average: dict[str, Any] = dataclasses.field(
@@ -93,6 +96,8 @@ class OptimConfig:
             raise InfolmError(
                 f"optim.warmup_steps / optim.warmup_fraction need optim.schedule=warmup-linear, got {self.schedule!r}"
             )
+        if self.plateau_restore_best and self.schedule != "plateau":
+            raise InfolmError(f"optim.plateau_restore_best needs optim.schedule=plateau, got {self.schedule!r}")
         _check_positive("optim.lr", self.lr, allow_zero=True)
         if not 0.0 < self.decay <= 1.0:
             raise InfolmError(f"optim.decay must be in (0, 1], got {self.decay}")

@@ -280,7 +280,10 @@ class Trainer:
         if self.averager is not None:
             record.update(self.averager.metrics())
         self.metrics.write(record)
+        lr_before = self.schedule.lr
         self.schedule.on_evaluation(loss)
+        if self.config.optim.plateau_restore_best and self.schedule.lr < lr_before:
+            self._restore_best_weights()
         self.objective.on_evaluation(self.step, loss)
         self._apply_lr_reset()
         patience = self.config.train.early_stopping
@@ -441,6 +444,16 @@ class Trainer:
             progress.close()
         self.metrics.close()
         return {"step": self.step, "epoch": self.epoch, "best_valid_loss": self.best_valid, "elapsed": self.elapsed}
+
+    def _restore_best_weights(self) -> None:
+        """A plateau decay with ``optim.plateau_restore_best``: the weights of the best evaluation so
+        far (``best/``: its raw training weights where it keeps them, else the weights it evaluated);
+        the optimizer state, data position and step go on, and the recurrent state starts from zero."""
+        best = self.run_dir / ckpt.CHECKPOINTS / ckpt.BEST
+        if (best / "model.safetensors").exists():  # every rank reads it, as a divergence restart
+            ckpt.load_weights(self.model, best, raw=True)
+        self.state = None
+        self.metrics.write({"step": self.step, "event": "plateau_restore_best", "lr": self.schedule.lr})
 
     def _restart_from_best(self, loss: float) -> None:
         """Divergence (Melis Sec. 4.4): "reset the weights and the optimization state to the previous
