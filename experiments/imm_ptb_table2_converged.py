@@ -11,7 +11,9 @@ perplexity of each model's induced bigram (Table 1). Per seed:
 * ``imm-positions-8``  IMM on 8 positions drawn per batch (the opt-in approximation; same expected gradient);
 * ``imm-in-batch``     IMM at every position with the batch's own positions as the samples (opt-in);
 * ``none-lr5``, ``imm-positions-8-lr5``  ``none`` and ``imm-positions-8`` continued at the baseline's last
-  learning rate (5) instead of the reset to half the initial one (not the paper's; a second rate).
+  learning rate (5) instead of the reset to half the initial one (not the paper's; a second rate);
+* ``none-halve-reload``, ``imm-positions-8-halve-reload``  with the schedule of the authors' released code
+  (x0.5 whenever validation does not improve, reloading the best weights).
 
 ``train`` runs the arms ``--jobs`` at a time (a seed's continuations start when its baseline ends),
 stops whatever still trains at ``--deadline-s`` minus ``--eval-reserve-s`` (such a run is reported as
@@ -47,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "configs/ptb/imm-table2-cpu.yaml"
 CONTINUE = "configs/ptb/imm-table2-cpu-continue.yaml"
 IMM = "objective.imm={weight: 0.2, k: 10, j: 5, restricted_order: 2, sample_chunk: 10}"
+RELEASED_SCHEDULE = ["optim.decay=0.5", "optim.plateau_restore_best=true"]
 ARMS: dict[str, list[str]] = {
     "none": [],
     # "~objective.mle": an override merges into the config's objective section, so without it MLE
@@ -59,6 +62,10 @@ ARMS: dict[str, list[str]] = {
     # from 20) instead of the reset to 10, which lifted IMM's validation perplexity from 99 to 113.
     "none-lr5": ["optim.lr=5.0"],
     "imm-positions-8-lr5": [IMM, "objective.imm.positions_per_batch=8", "optim.lr=5.0"],
+    # The authors' released code's schedule after IMM starts: x0.5 whenever validation does not
+    # improve, reloading the best epoch's weights (the configs' own: x0.25, no reload).
+    "none-halve-reload": [*RELEASED_SCHEDULE],
+    "imm-positions-8-halve-reload": [IMM, "objective.imm.positions_per_batch=8", *RELEASED_SCHEDULE],
 }
 # Table 2 (valid / test perplexity, 2x1500 LSTM) and Table 1 (induced bigram, test perplexity)
 PAPER = {
@@ -70,6 +77,8 @@ PAPER = {
     "imm-in-batch": None,
     "none-lr5": None,
     "imm-positions-8-lr5": None,
+    "none-halve-reload": None,
+    "imm-positions-8-halve-reload": None,
 }
 
 

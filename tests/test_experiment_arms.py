@@ -34,6 +34,8 @@ EXPECTED = {
     "imm-in-batch": {"mle", "imm"},
     "none-lr5": {"mle"},
     "imm-positions-8-lr5": {"mle", "imm"},
+    "none-halve-reload": {"mle"},
+    "imm-positions-8-halve-reload": {"mle", "imm"},
 }
 
 
@@ -48,6 +50,8 @@ def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) 
     if arm == "imm-in-batch":
         assert config.objective["imm"]["realization"] == "in-batch"
     assert config.optim.lr == (5.0 if arm.endswith("-lr5") else 20.0 if arm == "baseline" else 10.0)
+    assert config.optim.plateau_restore_best == arm.endswith("-halve-reload")
+    assert config.optim.decay == (0.5 if arm.endswith("-halve-reload") else 0.25)
 
 
 def test_realizations_script_arms_train_exactly_their_terms() -> None:
