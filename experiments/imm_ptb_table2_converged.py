@@ -13,7 +13,8 @@ perplexity of each model's induced bigram (Table 1). Per seed:
 * ``none-lr5``, ``imm-positions-8-lr5``  ``none`` and ``imm-positions-8`` continued at the baseline's last
   learning rate (5) instead of the reset to half the initial one (not the paper's; a second rate);
 * ``none-halve-reload``, ``imm-positions-8-halve-reload``  with the schedule of the authors' released code
-  (x0.5 whenever validation does not improve, reloading the best weights).
+  (x0.5 whenever validation does not improve, reloading the best weights);
+* ``imm-released-positions-8``  the latter with the released code's 1-sample steps (``one_sample=released``).
 
 ``train`` runs the arms ``--jobs`` at a time (a seed's continuations start when its baseline ends),
 stops whatever still trains at ``--deadline-s`` minus ``--eval-reserve-s`` (such a run is reported as
@@ -66,6 +67,13 @@ ARMS: dict[str, list[str]] = {
     # improve, reloading the best epoch's weights (the configs' own: x0.25, no reload).
     "none-halve-reload": [*RELEASED_SCHEDULE],
     "imm-positions-8-halve-reload": [IMM, "objective.imm.positions_per_batch=8", *RELEASED_SCHEDULE],
+    # and the released code's 1-sample steps (the position's own prediction against a KN-smoothed one-hot)
+    "imm-released-positions-8": [
+        IMM,
+        "objective.imm.positions_per_batch=8",
+        "objective.imm.one_sample=released",
+        *RELEASED_SCHEDULE,
+    ],
 }
 # Table 2 (valid / test perplexity, 2x1500 LSTM) and Table 1 (induced bigram, test perplexity)
 PAPER = {
@@ -79,6 +87,7 @@ PAPER = {
     "imm-positions-8-lr5": None,
     "none-halve-reload": None,
     "imm-positions-8-halve-reload": None,
+    "imm-released-positions-8": None,
 }
 
 

@@ -36,6 +36,7 @@ EXPECTED = {
     "imm-positions-8-lr5": {"mle", "imm"},
     "none-halve-reload": {"mle"},
     "imm-positions-8-halve-reload": {"mle", "imm"},
+    "imm-released-positions-8": {"mle", "imm"},
 }
 
 
@@ -50,8 +51,11 @@ def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) 
     if arm == "imm-in-batch":
         assert config.objective["imm"]["realization"] == "in-batch"
     assert config.optim.lr == (5.0 if arm.endswith("-lr5") else 20.0 if arm == "baseline" else 10.0)
-    assert config.optim.plateau_restore_best == arm.endswith("-halve-reload")
-    assert config.optim.decay == (0.5 if arm.endswith("-halve-reload") else 0.25)
+    released_schedule = arm.endswith("-halve-reload") or arm == "imm-released-positions-8"
+    assert config.optim.plateau_restore_best == released_schedule
+    assert config.optim.decay == (0.5 if released_schedule else 0.25)
+    if arm == "imm-released-positions-8":
+        assert config.objective["imm"]["one_sample"] == "released"
 
 
 def test_realizations_script_arms_train_exactly_their_terms() -> None:

@@ -596,3 +596,40 @@ def test_in_batch_realization_trains_through_the_cli(tmp_path: Any) -> None:
     steps = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "imm" in r]
     assert len(steps) == 3 and all(math.isfinite(r["imm"]) and r["imm"] > 0 for r in steps)
     assert [r["imm_k"] for r in steps] == [10.0, 1.0, 1.0]
+
+
+def test_released_one_sample_steps_use_the_smoothed_one_hot_target() -> None:
+    """one_sample=released (the authors' released code): on 1-sample steps each position's own
+    prediction is scored against (1 − γ(x))·onehot(y) + γ(x)·P̂(·), γ(x) the modified-KN bigram's
+    back-off mass after x, (D1·N1(x) + D2·N2(x) + D3+·N3+(x)) / c(x), and P̂ its unigram."""
+    from infolm.ngram import build_ngram
+
+    stream = make_stream(seed=5)
+    kn = build_ngram(stream, VOCAB, 2, method="modified-kn", history_id=None)
+    counts = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)
+    counts.index_put_((stream[:-1], stream[1:]), torch.ones(len(stream) - 1, dtype=torch.float64), accumulate=True)
+    d1, d2, d3 = kn.discounts[1]
+    discounted = d1 * (counts == 1).sum(1) + d2 * (counts == 2).sum(1) + d3 * (counts >= 3).sum(1)
+    gamma = discounted / counts.sum(1)  # every token occurs as a history in this stream
+    torch.testing.assert_close(torch.as_tensor(kn.tables[0].backoff, dtype=torch.float64), gamma)
+
+    torch.manual_seed(21)
+    model = TinyLSTM().double()
+    imm = IMM(IMMConfig(one_sample="released", j=5), restricted=kn)
+    imm.setup(ToyCorpus(stream), model)
+    batch = dataclasses.replace(windows(stream, batch_size=4, bptt=12)[3], step=1)  # not a k-sample step
+    output = model(batch.inputs)
+    loss = imm(model, batch, output).losses["imm"]
+    unigram = torch.as_tensor(kn.tables[0].prob, dtype=torch.float64)
+    target = (1 - gamma[batch.inputs]).unsqueeze(-1) * nn.functional.one_hot(batch.targets, VOCAB)
+    target = target + gamma[batch.inputs].unsqueeze(-1) * unigram  # (B, T, V), rows sum to one
+    torch.testing.assert_close(target.sum(-1), torch.ones_like(gamma[batch.inputs]))
+    expected = -(target * torch.log_softmax(output.logits, dim=-1)).sum(-1).mean()
+    assert math.isclose(loss.item(), expected.item(), rel_tol=1e-7)  # γ by hand agrees to ~1e-8
+    (got,) = torch.autograd.grad(loss, [model.decoder.weight], retain_graph=True)
+    (want,) = torch.autograd.grad(expected, [model.decoder.weight])
+    assert torch.allclose(got, want, atol=1e-7) and got.abs().sum() > 0
+    with pytest.raises(InfolmError, match="one_sample=released needs restricted_order 2"):
+        IMMConfig(one_sample="released", restricted_order=3)
+    with pytest.raises(InfolmError, match="objective.imm.one_sample must be one of eq15, released"):
+        IMMConfig(one_sample="noising")

@@ -15,6 +15,9 @@ Choices made here (the paper leaves them open for a recurrent model):
   independent draws per position. ``positions_per_batch = P > 0`` draws P positions uniformly
   without replacement instead: the same expected gradient, more variance, less cost.
 * How many samples: k on every j-th optimizer step (``batch.step % j == 0``), 1 otherwise (App. D.2).
+  ``one_sample=released`` (opt-in) makes the 1-sample steps those of the authors' released code: each
+  position's own prediction against (1 − γ(x))·onehot(y) + γ(x)·P̂(y), a soft target (Sec. 5.2's link
+  to noising) rather than one sample of Eq. 15.
 * How an extended context is realized (``realization``):
     - ``replay`` (default, faithful to Eq. 15): fresh samples through the current parameters, as the
       authors' released code draws them: each sample is the ``context_window`` tokens of training
@@ -67,6 +70,7 @@ from infolm.objectives.base import Batch, Objective, Terms, register_objective
 
 IGNORE_INDEX = -100
 REALIZATIONS = ("replay", "state-bank", "in-batch")
+ONE_SAMPLE = ("eq15", "released")
 
 
 @dataclasses.dataclass
@@ -85,6 +89,10 @@ class IMMConfig:
     start_lr: float = 0.0  # > 0: learning rate set when IMM starts (released code: 0.5 on its summed loss)
     bank_size: int = 65536  # state-bank: detached states kept (ring buffer, oldest overwritten)
     sample_chunk: int = 1  # samples per crosstalk pass: memory grows with this, not k (>= k: plain autograd, faster)
+    # 1-sample steps: eq15 (Eq. 15 with k = 1: one sample per short context against P̂(·|sh)) | released (the
+    # authors' released code: each position's own prediction against (1 − γ(x))·onehot(y) + γ(x)·P̂(y), with
+    # γ(x) the restricted bigram's back-off mass after the previous word x and P̂(y) its unigram; bigram only)
+    one_sample: str = "eq15"
 
     def __post_init__(self) -> None:
         if self.weight < 0:
@@ -99,6 +107,14 @@ class IMMConfig:
             raise InfolmError(f"objective.imm.restricted_order must be at least 2, got {self.restricted_order}")
         if self.clip < 0:
             raise InfolmError(f"objective.imm.clip must be non-negative, got {self.clip}")
+        if self.one_sample not in ONE_SAMPLE:
+            raise InfolmError(
+                f"objective.imm.one_sample must be one of {', '.join(ONE_SAMPLE)}; got {self.one_sample!r}"
+            )
+        if self.one_sample == "released" and self.restricted_order != 2:
+            raise InfolmError(
+                f"objective.imm.one_sample=released needs restricted_order 2 (a bigram), got {self.restricted_order}"
+            )
         if self.realization not in REALIZATIONS:
             raise InfolmError(
                 f"objective.imm.realization must be one of {', '.join(REALIZATIONS)}; got {self.realization!r}"
@@ -423,6 +439,10 @@ class IMM(Objective):
             return terms
         k = config.k if batch.step % config.j == 0 else 1
         positions = self._positions(batch)  # every position's short context, its id, whether it counts
+        if k == 1 and config.one_sample == "released":
+            terms.losses["imm"] = self._released_one_sample(batch, output, positions)
+            terms.metrics["imm_k"] = 1.0
+            return terms
         contexts, context_ids, weights = self._select(batch, positions)  # (P, L), (P,), (P,)
         if len(context_ids) == 0:  # nothing to match (e.g. an empty state bank)
             terms.losses["imm"] = torch.zeros((), device=device, requires_grad=True)
@@ -451,6 +471,25 @@ class IMM(Objective):
             return induced_cross_entropy(target, sample_fn(0), weights)
         params = [p for p in model.parameters() if p.requires_grad]
         return crosstalk_induced_cross_entropy(sample_fn, num_chunks, target, params, weights)
+
+    def _released_one_sample(self, batch: Batch, output: Any, positions: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """The 1-sample steps of the authors' released code: at every eligible position t (previous word
+        x, next word y), -[(1 − γ(x)) ln Q(y|·) + γ(x) Σ_v P̂(v) ln Q(v|·)] with the primary pass's
+        prediction Q, averaged over the positions. Averaged over the positions of one short context,
+        the target (1 − γ(x))·onehot(y) + γ(x)·P̂ is close to the interpolated KN bigram, whose
+        back-off mass γ(x) and lower order P̂ it uses."""
+        _, _, eligible = positions
+        unigram = self.restricted.tables[0]  # order 1: P̂(v) and, per word as a history, γ
+        logits = output.logits[:, self.context_len - 1 :]  # (B, T, V)
+        device = logits.device
+        mask = eligible.to(device)
+        log_q = torch.log_softmax(_at_least_fp32(logits[mask]), dim=-1)  # (N, V)
+        previous = batch.inputs[:, self.context_len - 1 :].to(device)[mask]  # (N,) x
+        targets = batch.targets[:, self.context_len - 1 :].to(device)[mask]  # (N,) y
+        gamma = torch.as_tensor(unigram.backoff, device=device, dtype=log_q.dtype)[previous]  # (N,)
+        lower = torch.as_tensor(unigram.prob, device=device, dtype=log_q.dtype)  # (V,)
+        true_word = log_q.gather(1, targets.unsqueeze(1)).squeeze(1)
+        return -((1 - gamma) * true_word + gamma * (log_q @ lower)).mean()
 
     # -- which short contexts -------------------------------------------------------------------
 
