@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${*:-0}
+mkdir -p runs/smim-ptb-cpu
 for seed in $seeds; do
   for arm in smim svae svae-kl ae sentence-lstm; do
     run="runs/smim-ptb-cpu/${arm}-s${seed}"

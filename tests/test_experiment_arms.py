@@ -54,6 +54,7 @@ def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) 
     released_schedule = arm.endswith("-halve-reload") or arm == "imm-released-positions-8"
     assert config.optim.plateau_restore_best == released_schedule
     assert config.optim.decay == (0.5 if released_schedule else 0.25)
+    assert config.train.early_stopping == (0 if released_schedule else 2)
     if arm == "imm-released-positions-8":
         assert config.objective["imm"]["one_sample"] == "released"
 

@@ -629,6 +629,8 @@ def test_released_one_sample_steps_use_the_smoothed_one_hot_target() -> None:
     (got,) = torch.autograd.grad(loss, [model.decoder.weight], retain_graph=True)
     (want,) = torch.autograd.grad(expected, [model.decoder.weight])
     assert torch.allclose(got, want, atol=1e-7) and got.abs().sum() > 0
+    padded = dataclasses.replace(batch, targets=torch.full_like(batch.targets, -100))  # nothing to score
+    assert imm(model, padded, output).losses["imm"].item() == 0.0
     with pytest.raises(InfolmError, match="one_sample=released needs restricted_order 2"):
         IMMConfig(one_sample="released", restricted_order=3)
     with pytest.raises(InfolmError, match="objective.imm.one_sample must be one of eq15, released"):

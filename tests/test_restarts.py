@@ -169,9 +169,44 @@ def test_plateau_decay_reloads_the_best_weights(tmp_path: Path, monkeypatch: pyt
     assert [r["step"] for r in events] == ([6, 8] if restore else [])
 
 
-def test_plateau_restore_best_needs_the_plateau_schedule() -> None:
+def test_plateau_restore_best_needs_the_plateau_schedule_and_no_averaging() -> None:
     from infolm.config import OptimConfig
     from infolm.errors import InfolmError
 
     with pytest.raises(InfolmError, match="optim.plateau_restore_best needs optim.schedule=plateau"):
         OptimConfig(plateau_restore_best=True)
+    with pytest.raises(InfolmError, match="cannot be combined with optim.average"):
+        OptimConfig(plateau_restore_best=True, schedule="plateau", average={"name": "ema"})
+
+
+def test_plateau_restore_refuses_a_best_written_later_in_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed run that replays a decay must not reload a best/ the original run wrote after it."""
+    import json
+
+    from infolm.build import train
+    from infolm.config import load_config
+    from infolm.errors import InfolmError
+    from infolm.tasks.base import Metrics
+
+    overrides = [
+        f"run.dir={tmp_path}",
+        "train.max_steps=8",
+        "train.eval_every=2",
+        "optim.schedule=plateau",
+        "optim.plateau_restore_best=true",
+    ]
+    losses = iter([5.0, 4.0, 6.0])
+
+    def scripted_evaluate(self: Trainer, split: str = "valid") -> Metrics:
+        self.last_eval_step = self.step
+        loss = next(losses)
+        if self.step == 6:  # best/ as a later point of an earlier run of this directory left it
+            meta = self.run_dir / "checkpoints" / "best" / "meta.json"
+            meta.write_text(json.dumps({**json.loads(meta.read_text()), "step": 7}))
+        return Metrics({"loss": loss}, selection="loss")
+
+    monkeypatch.setattr(Trainer, "evaluate", scripted_evaluate)
+    with pytest.raises(InfolmError, match="was written at step 7, after this point of the run"):
+        train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)

@@ -98,6 +98,9 @@ class OptimConfig:
             )
         if self.plateau_restore_best and self.schedule != "plateau":
             raise InfolmError(f"optim.plateau_restore_best needs optim.schedule=plateau, got {self.schedule!r}")
+        if self.plateau_restore_best and self.average:
+            # best/ then holds averaged weights and the averager would keep every iterate since the best
+            raise InfolmError("optim.plateau_restore_best cannot be combined with optim.average (weight averaging)")
         _check_positive("optim.lr", self.lr, allow_zero=True)
         if not 0.0 < self.decay <= 1.0:
             raise InfolmError(f"optim.decay must be in (0, 1], got {self.decay}")

@@ -17,7 +17,8 @@ Choices made here (the paper leaves them open for a recurrent model):
 * How many samples: k on every j-th optimizer step (``batch.step % j == 0``), 1 otherwise (App. D.2).
   ``one_sample=released`` (opt-in) makes the 1-sample steps those of the authors' released code: each
   position's own prediction against (1 − γ(x))·onehot(y) + γ(x)·P̂(y), a soft target (Sec. 5.2's link
-  to noising) rather than one sample of Eq. 15.
+  to noising) rather than one sample of Eq. 15, at every eligible position (``positions_per_batch``
+  then applies to the k-sample steps only, as the released code uses every position on both).
 * How an extended context is realized (``realization``):
     - ``replay`` (default, faithful to Eq. 15): fresh samples through the current parameters, as the
       authors' released code draws them: each sample is the ``context_window`` tokens of training
@@ -439,9 +440,11 @@ class IMM(Objective):
             return terms
         k = config.k if batch.step % config.j == 0 else 1
         positions = self._positions(batch)  # every position's short context, its id, whether it counts
-        if k == 1 and config.one_sample == "released":
-            terms.losses["imm"] = self._released_one_sample(batch, output, positions)
+        if k == 1 and config.one_sample == "released":  # every eligible position (positions_per_batch: k-steps)
+            terms.losses["imm"], terms.metrics["imm_contexts"] = self._released_one_sample(batch, output, positions)
             terms.metrics["imm_k"] = 1.0
+            if config.realization == "state-bank":
+                self._record(batch, output)
             return terms
         contexts, context_ids, weights = self._select(batch, positions)  # (P, L), (P,), (P,)
         if len(context_ids) == 0:  # nothing to match (e.g. an empty state bank)
@@ -472,24 +475,29 @@ class IMM(Objective):
         params = [p for p in model.parameters() if p.requires_grad]
         return crosstalk_induced_cross_entropy(sample_fn, num_chunks, target, params, weights)
 
-    def _released_one_sample(self, batch: Batch, output: Any, positions: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    def _released_one_sample(
+        self, batch: Batch, output: Any, positions: tuple[Tensor, Tensor, Tensor]
+    ) -> tuple[Tensor, float]:
         """The 1-sample steps of the authors' released code: at every eligible position t (previous word
         x, next word y), -[(1 − γ(x)) ln Q(y|·) + γ(x) Σ_v P̂(v) ln Q(v|·)] with the primary pass's
         prediction Q, averaged over the positions. Averaged over the positions of one short context,
         the target (1 − γ(x))·onehot(y) + γ(x)·P̂ is close to the interpolated KN bigram, whose
-        back-off mass γ(x) and lower order P̂ it uses."""
+        back-off mass γ(x) and lower order P̂ it uses. Returns the loss and the number of positions.
+        Clipped apart like every IMM gradient (App. D.2; the released code leaves it unclipped)."""
         _, _, eligible = positions
         unigram = self.restricted.tables[0]  # order 1: P̂(v) and, per word as a history, γ
         logits = output.logits[:, self.context_len - 1 :]  # (B, T, V)
         device = logits.device
         mask = eligible.to(device)
+        if not bool(mask.any()):  # nothing to score (every target padding)
+            return logits.sum() * 0.0, 0.0
         log_q = torch.log_softmax(_at_least_fp32(logits[mask]), dim=-1)  # (N, V)
         previous = batch.inputs[:, self.context_len - 1 :].to(device)[mask]  # (N,) x
         targets = batch.targets[:, self.context_len - 1 :].to(device)[mask]  # (N,) y
         gamma = torch.as_tensor(unigram.backoff, device=device, dtype=log_q.dtype)[previous]  # (N,)
         lower = torch.as_tensor(unigram.prob, device=device, dtype=log_q.dtype)  # (V,)
         true_word = log_q.gather(1, targets.unsqueeze(1)).squeeze(1)
-        return -((1 - gamma) * true_word + gamma * (log_q @ lower)).mean()
+        return -((1 - gamma) * true_word + gamma * (log_q @ lower)).mean(), float(len(targets))
 
     # -- which short contexts -------------------------------------------------------------------
 

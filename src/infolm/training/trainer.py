@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import random
@@ -447,11 +448,21 @@ class Trainer:
 
     def _restore_best_weights(self) -> None:
         """A plateau decay with ``optim.plateau_restore_best``: the weights of the best evaluation so
-        far (``best/``: its raw training weights where it keeps them, else the weights it evaluated);
-        the optimizer state, data position and step go on, and the recurrent state starts from zero."""
+        far (``best/``; the option refuses weight averaging, so they are the training weights); the
+        optimizer and objective states, data position and step go on (as in the released code these
+        recipes come from, which restores the weights only), and the recurrent state starts from zero."""
+        from infolm.errors import InfolmError
+
         best = self.run_dir / ckpt.CHECKPOINTS / ckpt.BEST
-        if (best / "model.safetensors").exists():  # every rank reads it, as a divergence restart
-            ckpt.load_weights(self.model, best, raw=True)
+        if not (best / "model.safetensors").exists():  # every rank reads it, as a divergence restart
+            raise InfolmError(f"optim.plateau_restore_best: {best} is missing; every rank must see the run directory")
+        saved_at = int(json.loads((best / "meta.json").read_text()).get("step", -1))
+        if saved_at > self.step:  # a resumed run replaying a decay that the original made before this best/
+            raise InfolmError(
+                f"optim.plateau_restore_best: {best} was written at step {saved_at}, after this point of the run "
+                f"(step {self.step}); resume from a checkpoint written after it"
+            )
+        ckpt.load_weights(self.model, best)
         self.state = None
         self.metrics.write({"step": self.step, "event": "plateau_restore_best", "lr": self.schedule.lr})
 
