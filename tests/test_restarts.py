@@ -210,3 +210,40 @@ def test_plateau_restore_refuses_a_best_written_later_in_the_run(
     monkeypatch.setattr(Trainer, "evaluate", scripted_evaluate)
     with pytest.raises(InfolmError, match="was written at step 7, after this point of the run"):
         train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+
+
+def test_evaluations_before_patience_from_step_neither_decay_nor_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train.patience_from_step``: worse evaluations before it do not count (KL annealing still
+    raising its weight); from it on the plateau schedule and early stopping read them as usual."""
+    from infolm.build import train
+    from infolm.config import load_config
+    from infolm.tasks.base import Metrics
+
+    overrides = [
+        f"run.dir={tmp_path}",
+        "train.max_steps=12",
+        "train.eval_every=2",
+        "train.early_stopping=2",
+        "train.patience_from_step=6",
+        "optim.schedule=plateau",
+        "optim.decay=0.5",
+    ]
+    losses = iter([5.0, 6.0, 6.5, 7.0, 8.0, 9.0])  # best at step 2, every later evaluation worse
+    lrs: dict[int, float] = {}
+    original = Trainer._evaluate_and_log
+
+    def scripted_evaluate(self: Trainer, split: str = "valid") -> Metrics:
+        self.last_eval_step = self.step
+        return Metrics({"loss": next(losses)}, selection="loss")
+
+    def recorded(self: Trainer) -> None:
+        original(self)
+        lrs[self.step] = self.schedule.lr
+
+    monkeypatch.setattr(Trainer, "evaluate", scripted_evaluate)
+    monkeypatch.setattr(Trainer, "_evaluate_and_log", recorded)
+    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+    # step 4 is worse but before step 6: no decay; steps 6 and 8 count: two decays, then the stop
+    assert lrs == {2: 20.0, 4: 20.0, 6: 10.0, 8: 5.0}

@@ -117,6 +117,9 @@ class TrainConfig:
     keep_checkpoints: int = 2  # most recent checkpoints kept (the best is kept as well)
     clip: float = 0.25  # gradient norm clip of the main objective (0: off)
     early_stopping: int = 0  # stop after N evaluations without improvement (0: off)
+    # evaluations before this step neither count toward early stopping nor decay a plateau schedule
+    # (e.g. while KL annealing still raises the KL weight); best/ is tracked from the start
+    patience_from_step: int = 0
     precision: str = "fp32"  # fp32 | bf16 (autocast)
     log_every: int = 50  # write a step record to metrics.jsonl every N steps
     progress: bool = True  # progress bar on interactive terminals
@@ -129,7 +132,7 @@ class TrainConfig:
         _check_positive("train.epochs", self.epochs)
         if self.max_steps is not None:
             _check_positive("train.max_steps", self.max_steps)
-        for key in ("eval_every", "checkpoint_every", "early_stopping"):
+        for key in ("eval_every", "checkpoint_every", "early_stopping", "patience_from_step"):
             _check_positive(f"train.{key}", getattr(self, key), allow_zero=True)
         _check_positive("train.keep_checkpoints", self.keep_checkpoints)
         _check_positive("train.log_every", self.log_every)

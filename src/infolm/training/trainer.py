@@ -270,11 +270,13 @@ class Trainer:
             result = self.evaluate("valid")
         loss = result.loss
         record: dict[str, Any] = {"step": self.step, "epoch": self.epoch, "split": "valid", **result.logged()}
-        if loss < self.best_valid:
+        patient = self.step >= self.config.train.patience_from_step  # evaluations that count
+        improved = loss < self.best_valid
+        if improved:
             self.best_valid, self.bad_evals = loss, 0
             if self.is_main:
                 self._save_best(dict(self.meta, step=self.step, valid=result.values))
-        else:
+        elif patient:
             self.bad_evals += 1
         best = -self.best_valid if result.higher_is_better else self.best_valid
         record[f"best_{result.log_name(result.selection)}"] = best
@@ -282,7 +284,8 @@ class Trainer:
             record.update(self.averager.metrics())
         self.metrics.write(record)
         lr_before = self.schedule.lr
-        self.schedule.on_evaluation(loss)
+        if patient or improved:  # before patience_from_step the schedule learns only of a new best
+            self.schedule.on_evaluation(loss)
         if self.config.optim.plateau_restore_best and self.schedule.lr < lr_before:
             self._restore_best_weights()
         self.objective.on_evaluation(self.step, loss)
