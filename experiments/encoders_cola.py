@@ -81,13 +81,17 @@ def fine_tuning_cells(summary: dict[str, Any]) -> str:
 
 
 def pretraining_cell(run_dir: Path) -> str:
-    """The encoder's last validation: full-softmax MLM nats per masked subword / masked accuracy."""
+    """The validation of the weights fine-tuning starts from (best/: the lowest full-softmax MLM loss):
+    nats per masked subword / masked accuracy."""
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         return "–"
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     valid = [line for line in lines if line.get("split") == "valid"]
-    return f"{valid[-1]['loss']:.3f} / {100 * valid[-1]['accuracy']:.1f}%" if valid else "–"
+    if not valid:
+        return "–"
+    best = min(valid, key=lambda line: line["loss"])
+    return f"{best['loss']:.3f} / {100 * best['accuracy']:.1f}%"
 
 
 def print_tables(results: dict[str, Any], out: Path, table3_encoder: str) -> None:
