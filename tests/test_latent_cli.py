@@ -198,3 +198,42 @@ def test_the_length_prior_is_fitted_to_the_training_sentences(
     model = load_run(tmp_path / "run")[2]
     counts = torch.tensor([0, 1, 1, 2, 3, 1, 3, 1, 1], dtype=torch.float64)  # add-one over 1..8
     torch.testing.assert_close(model.log_length_prior.exp().double(), counts / counts.sum())
+
+
+@pytest.mark.parametrize(
+    ("objective", "selection", "value"), [("amim", "amim", "amim_loss"), ("elbo", "elbo", "neg_elbo")]
+)
+def test_validation_loss_equals_the_training_objective_on_the_same_draws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, objective: str, selection: str, value: str
+) -> None:
+    """``task.selection`` amim / elbo select on the objective's own loss (SentenceMIM Sec. 4.2): with the
+    same draws, the task's validation value is the training loss of one batch of the whole split."""
+    import numpy as np
+    from torch.distributions import Normal
+
+    from infolm.build import build_task
+    from infolm.objectives import build_objective
+
+    data = tmp_path / "data.txt"
+    data.write_text("\n".join(LINES) + "\n")
+    gru = {"emb": 8, "hidden": 12, "latent": 3}
+    task_settings = {"valid_samples": 1, "test_samples": 1, "chunk": 1, "selection": selection}
+    config = Config(model={"name": "sentence-gru", **gru}, objective={objective: {}})
+    config.task = {"name": "sentence-latent", **task_settings}
+    config.data.name, config.data.train, config.data.valid, config.data.test = ("path", str(data), str(data), str(data))
+    config.data.eval_batch_size = len(LINES)  # one evaluation batch: the whole split
+    corpus = load_corpus(config.data)
+    task = build_task(config, corpus)
+    torch.manual_seed(0)
+    model = MODELS.build("sentence-gru", gru, vocab_size=len(corpus.vocab)).eval()
+    # evaluation draws with sample(), training with rsample(): the same numbers from the same seed
+    monkeypatch.setattr(Normal, "sample", lambda self, shape=(): self.rsample(torch.Size(shape)).detach())
+    metrics = task.evaluate(model, "valid")
+    assert metrics.selection == value
+    sentences = task.sentences("valid")
+    batch = sentences.batch(np.argsort(-sentences.lengths, kind="stable"), corpus.vocab.eos_id)  # evaluation's order
+    loss = build_objective({objective: {}})
+    loss.setup(corpus, model)
+    torch.manual_seed(task.seed)
+    training = loss(model, batch, None).losses[objective]
+    assert metrics.loss == pytest.approx(float(training.detach()), rel=1e-6)
