@@ -35,7 +35,7 @@ from infolm.data.batching import StreamBatcher, eval_windows
 from infolm.models import MODELS
 from infolm.models.base import detach_state
 from infolm.objectives.base import Batch, Objective, Terms
-from infolm.objectives.imm import IMM, IMMConfig
+from infolm.objectives.imm import IMM, REALIZATIONS, IMMConfig
 
 
 class MLE(Objective):
@@ -209,7 +209,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--realizations", action="store_true", help="compare the realizations (cost, quality)")
-    parser.add_argument("--realization", default=IMMConfig.realization, choices=("replay", "state-bank", "in-batch"))
+    parser.add_argument("--realization", default=IMMConfig.realization, choices=REALIZATIONS)
     parser.add_argument("--hidden", type=int, default=200)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.2)

@@ -134,7 +134,7 @@ def test_crosstalk_function_equals_autograd_through_log_mean() -> None:
     assert torch.allclose(got, expected, atol=1e-10)
 
 
-@pytest.mark.parametrize("realization", ["replay", "state-bank"])
+@pytest.mark.parametrize("realization", ["replay", "state-bank", "carried-state"])
 def test_imm_crosstalk_gradient_equals_autograd(realization: str) -> None:
     stream = make_stream()
     torch.manual_seed(1)
@@ -635,3 +635,47 @@ def test_released_one_sample_steps_use_the_smoothed_one_hot_target() -> None:
         IMMConfig(one_sample="released", restricted_order=3)
     with pytest.raises(InfolmError, match="objective.imm.one_sample must be one of eq15, released"):
         IMMConfig(one_sample="noising")
+
+
+def test_carried_state_feeds_the_last_i_plus_1_tokens_from_the_row_state() -> None:
+    """realization=carried-state (the released code): the sample for the position at offset i of row b
+    runs the last i+1 tokens of a window ending at a drawn occurrence of its short context, from row
+    b's carried state, in eval mode; Eq. 15 then averages the k samples per position. At i = 0 every
+    draw is the position itself, so the induced model there is the primary prediction (eval mode)."""
+    from infolm.models.base import select_state
+
+    stream = make_stream(seed=7)
+    torch.manual_seed(31)
+    model = TinyLSTM().double()
+    imm = make_imm(stream, model, realization="carried-state", k=4, j=1, sample_chunk=4)
+    batches = windows(stream, batch_size=3, bptt=5)
+    with torch.no_grad():
+        state = model(batches[0].inputs).state  # a carried state, as the trainer passes it
+    batch = dataclasses.replace(batches[1], state=state)
+    output = model(batch.inputs, state)
+    torch.manual_seed(5)
+    loss = imm(model, batch, output).losses["imm"]
+
+    torch.manual_seed(5)
+    ids = imm.index.lookup(batch.inputs.unsqueeze(-1)).reshape(-1)  # (B*T,), row-major like the selection
+    occurrences = imm.index.sample(ids, 4)  # the same draws
+    model.eval()
+    terms = []
+    for flat in range(batch.inputs.numel()):
+        row, offset = divmod(flat, batch.inputs.size(1))
+        samples = []
+        for j in range(4):
+            end = int(occurrences[j, flat])
+            tokens = stream[max(end - offset, 0) : end + 1].unsqueeze(0)
+            logits = model(tokens, select_state(state, torch.tensor([row]))).logits[0, -1]
+            samples.append(torch.softmax(logits, -1))
+        induced = torch.stack(samples).mean(0)
+        target = imm.restricted.next_token_distribution(batch.inputs[row, offset].view(1, 1))[0].double()
+        terms.append(-(target * induced.log()).sum())
+        if offset == 0:  # every draw is the position itself
+            primary = torch.softmax(
+                model(batch.inputs[row : row + 1, :1], select_state(state, torch.tensor([row]))).logits[0, -1], -1
+            )
+            assert torch.allclose(induced, primary, atol=1e-12)
+    model.train()
+    assert math.isclose(loss.item(), torch.stack(terms).mean().item(), rel_tol=1e-9)

@@ -28,6 +28,11 @@ Choices made here (the paper leaves them open for a recurrent model):
       last i+1 tokens, i the position within the unroll, from the batch row's carried state) and
       in its 1-sample steps; docs/results.md ("The authors' released code, read against ours")
       lists every difference.
+    - ``carried-state`` (opt-in, the authors' released code): fresh samples through the current
+      parameters, drawn per position (k each, uniformly with replacement); for the position at offset
+      i of its row, the last i+1 tokens of the sampled window are run from that row's carried state
+      (``batch.state``), so at i = 0 every draw is the position itself (with bptt 35, 18 tokens per
+      sample on average against the replay's 35; its cost is not measured yet).
     - ``in-batch`` (opt-in approximation): the batch's own positions that share a short context are
       draws from extend(sh) already computed by the primary pass: up to k of them (uniformly, without
       replacement) form the induced estimate of Eq. 15, and the gradient flows through the primary
@@ -66,11 +71,11 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from infolm.data.contexts import encode_contexts
 from infolm.errors import InfolmError
-from infolm.models.base import eval_mode
+from infolm.models.base import eval_mode, select_state
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 
 IGNORE_INDEX = -100
-REALIZATIONS = ("replay", "state-bank", "in-batch")
+REALIZATIONS = ("replay", "state-bank", "in-batch", "carried-state")
 ONE_SAMPLE = ("eq15", "released")
 
 
@@ -82,7 +87,9 @@ class IMMConfig:
     restricted_order: int = 2  # order n of the restricted n-gram; short context = n-1 previous tokens (Sec. 6: bigram)
     method: str = "modified-kn"  # smoothing of the restricted n-gram (Sec. 6: modified Kneser-Ney)
     clip: float = 0.25  # gradient-norm clip of the IMM gradient, applied apart from the main one (App. D.2); 0: off
-    realization: str = "replay"  # replay (fresh samples, Eq. 15) | state-bank | in-batch (opt-in approximations)
+    # replay (fresh samples, Eq. 15) | carried-state (fresh samples fed as the released code feeds them) |
+    # state-bank | in-batch (opt-in approximations)
+    realization: str = "replay"
     context_window: int = 35  # replay: history tokens replayed from a zero state (the paper's unroll length)
     positions_per_batch: int = 0  # 0: every position (Eq. 10); P > 0: P positions drawn uniformly (same expectation)
     start_step: int = 0  # first optimizer step with IMM (paper silent: from the start)
@@ -339,8 +346,9 @@ def _first_occurrences(ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _last_log_probs(model: nn.Module, windows: Tensor, lengths: Tensor) -> Tensor:
-    """(N, W) token windows, (N,) used lengths -> (N, V) log Q(· | windows[n, :lengths[n]]).
+def _last_log_probs(model: nn.Module, windows: Tensor, lengths: Tensor, initial: Any = None) -> Tensor:
+    """(N, W) token windows, (N,) used lengths -> (N, V) log Q(· | windows[n, :lengths[n]]), each row
+    from the model's initial state or, with ``initial``, from its row of that state (N rows).
 
     The history before the last token goes through ``state_after`` (no softmax layer), the last token
     through the model: logits are computed only where they are read. Rows are grouped by length
@@ -351,7 +359,10 @@ def _last_log_probs(model: nn.Module, windows: Tensor, lengths: Tensor) -> Tenso
     for length in torch.unique(lengths).tolist():
         rows = torch.nonzero(lengths == length).squeeze(1)
         tokens = windows[rows, :length]  # (n, length)
-        state = model.init_state(len(rows), device)  # type: ignore[operator]
+        if initial is None:
+            state = model.init_state(len(rows), device)  # type: ignore[operator]
+        else:
+            state = select_state(initial, rows)
         if length > 1:
             state = model.state_after(tokens[:, :-1], state)  # type: ignore[operator]
         logits = model(tokens[:, -1:], state).logits[:, 0]  # (n, V)
@@ -371,7 +382,8 @@ class IMM(Objective):
 
     @classmethod
     def extra_input_length(cls, config: IMMConfig) -> int | None:
-        lengths = {"replay": config.context_window, "state-bank": 1, "in-batch": 0}  # replayed histories; a bank token
+        # replayed histories; a bank token; carried-state replays at most the batch's own length
+        lengths = {"replay": config.context_window, "state-bank": 1, "in-batch": 0, "carried-state": 0}
         return lengths[config.realization]
 
     started: Tensor  # bool buffer: the term is active (start_step / start_below_ppl reached)
@@ -394,10 +406,12 @@ class IMM(Objective):
         stream = corpus.stream("train")
         vocab_size = len(corpus.vocab)
         self.index = ShortContextIndex(stream, vocab_size, self.context_len)
-        if self.config.realization == "state-bank":
+        if self.config.realization in ("state-bank", "carried-state"):
             device = next(model.parameters()).device
             if model.init_state(1, device) is None:  # type: ignore[operator]
-                raise InfolmError("objective.imm.realization=state-bank needs a recurrent model; use replay")
+                raise InfolmError(
+                    f"objective.imm.realization={self.config.realization} needs a recurrent model; use replay"
+                )
         if self.restricted is None:
             from infolm.ngram import build_ngram
 
@@ -446,7 +460,11 @@ class IMM(Objective):
             if config.realization == "state-bank":
                 self._record(batch, output)
             return terms
-        contexts, context_ids, weights = self._select(batch, positions)  # (P, L), (P,), (P,)
+        carried = None
+        if config.realization == "carried-state":  # one entry per position: its own row state and offset
+            contexts, context_ids, weights, carried = self._select_positions(model, batch, positions)
+        else:
+            contexts, context_ids, weights = self._select(batch, positions)  # (P, L), (P,), (P,)
         if len(context_ids) == 0:  # nothing to match (e.g. an empty state bank)
             terms.losses["imm"] = torch.zeros((), device=device, requires_grad=True)
         else:
@@ -458,7 +476,7 @@ class IMM(Objective):
                 log_induced = self._in_batch_log_induced(positions, output, context_ids, k)  # (P, V)
                 terms.losses["imm"] = _weighted_mean(-(target * log_induced).sum(-1), weights)  # Eqs. 12, 15
             else:
-                terms.losses["imm"] = self._sampled_loss(model, contexts, context_ids, k, target, weights)
+                terms.losses["imm"] = self._sampled_loss(model, contexts, context_ids, k, target, weights, carried)
         terms.metrics["imm_contexts"] = float(len(context_ids))
         terms.metrics["imm_k"] = float(k)
         if config.realization == "state-bank":
@@ -466,10 +484,17 @@ class IMM(Objective):
         return terms
 
     def _sampled_loss(
-        self, model: nn.Module, contexts: Tensor, context_ids: Tensor, k: int, target: Tensor, weights: Tensor
+        self,
+        model: nn.Module,
+        contexts: Tensor,
+        context_ids: Tensor,
+        k: int,
+        target: Tensor,
+        weights: Tensor,
+        carried: tuple[Any, Tensor] | None = None,
     ) -> Tensor:
-        """Eq. 15 over k extended contexts fed through the model (replay or state bank)."""
-        sample_fn, num_chunks = self._sampler(model, contexts, context_ids, k, target.device)
+        """Eq. 15 over k extended contexts fed through the model (replay, carried state or state bank)."""
+        sample_fn, num_chunks = self._sampler(model, contexts, context_ids, k, target.device, carried)
         if num_chunks == 1:  # plain autograd through the log-mean (1-sample steps, or sample_chunk >= k)
             return induced_cross_entropy(target, sample_fn(0), weights)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -527,6 +552,26 @@ class IMM(Objective):
         unique_ids, first, counts = _first_occurrences(flat_ids)
         return flat_contexts[first], unique_ids, counts.double() / len(flat_ids)
 
+    def _select_positions(
+        self, model: nn.Module, batch: Batch, positions: tuple[Tensor, Tensor, Tensor]
+    ) -> tuple[Tensor, Tensor, Tensor, tuple[Any, Tensor] | None]:
+        """carried-state: every eligible position (or ``positions_per_batch`` of them) as its own entry:
+        its short context (P, L), context id (P,), a uniform weight (P,), and (each entry's row state
+        (P rows), its offset i in the row (P,))."""
+        contexts, ids, eligible = positions
+        flat = torch.nonzero(eligible.reshape(-1)).squeeze(1)  # (N,) flat positions of (B, T-L+1)
+        if 0 < self.config.positions_per_batch < len(flat):
+            flat = flat[torch.randperm(len(flat))[: self.config.positions_per_batch]]
+        if len(flat) == 0:
+            return contexts.reshape(-1, self.context_len)[:0], ids.reshape(-1)[:0], torch.zeros(0), None
+        width = eligible.size(1)
+        rows, offsets = flat // width, flat % width + self.context_len - 1  # offset of the context's last token
+        device = next(model.parameters()).device
+        state = batch.state if batch.state is not None else model.init_state(batch.inputs.size(0), device)  # type: ignore[operator]
+        row_states = select_state(state, rows.to(device))
+        weights = torch.full((len(flat),), 1.0 / len(flat), dtype=torch.float64)
+        return contexts.reshape(-1, self.context_len)[flat], ids.reshape(-1)[flat], weights, (row_states, offsets)
+
     def _positions(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
         """The short context ending at each input position t >= L-1 (B, T-L+1, L), its context id
         (B, T-L+1; -1 where it never occurs in training) and whether the position counts (B, T-L+1)."""
@@ -576,13 +621,45 @@ class IMM(Objective):
         return torch.log(total) - torch.log(samples).unsqueeze(1)  # log (1/m Σ_i Q_i), m = min(k, count)
 
     def _sampler(
-        self, model: nn.Module, contexts: Tensor, context_ids: Tensor, k: int, device: torch.device
+        self,
+        model: nn.Module,
+        contexts: Tensor,
+        context_ids: Tensor,
+        k: int,
+        device: torch.device,
+        carried: tuple[Any, Tensor] | None = None,
     ) -> tuple[SampleFn, int]:
         """A deterministic function chunk -> (c, P, V) log Q(·|sh, x_i) for the k samples, and the chunk count."""
         assert self.index is not None
         chunk = min(self.config.sample_chunk, k)
         num_chunks = -(-k // chunk)
         num_positions = len(context_ids)
+
+        if carried is not None:  # the released code: the last i+1 tokens of each window, from the row's state
+            row_states, offsets = carried
+            occurrences = self.index.sample(context_ids, k)  # (k, P), drawn with replacement
+            stream = self.index.stream
+            need = (offsets + 1).unsqueeze(0)  # (1, P) tokens fed for a position at offset i
+            start = (occurrences - need + 1).clamp(min=0)  # (k, P)
+            width = int(need.max())
+            index = (start.unsqueeze(-1) + torch.arange(width)).clamp(max=len(stream) - 1)
+            windows = stream[index].to(device)  # (k, P, W); only the first lengths[j, p] tokens are read
+            lengths = (occurrences - start + 1).to(device)  # (k, P)
+
+            def carried_fn(index: int) -> Tensor:
+                rows = windows[index * chunk : (index + 1) * chunk]  # (c, P, W)
+                count = rows.size(0)
+                repeat = torch.arange(num_positions, device=device).repeat(count)  # sample-major entries
+                with eval_mode(model):
+                    log_probs = _last_log_probs(
+                        model,
+                        rows.reshape(-1, width),
+                        lengths[index * chunk : (index + 1) * chunk].reshape(-1),
+                        initial=select_state(row_states, repeat),
+                    )  # (c*P, V)
+                return log_probs.view(count, num_positions, -1)
+
+            return carried_fn, num_chunks
 
         if self.config.realization == "replay":
             occurrences = self.index.sample(context_ids, k)  # (k, P) stream positions, fresh each call
