@@ -31,8 +31,8 @@ Choices made here (the paper leaves them open for a recurrent model):
     - ``carried-state`` (opt-in, the authors' released code): fresh samples through the current
       parameters, drawn per position (k each, uniformly with replacement); for the position at offset
       i of its row, the last i+1 tokens of the sampled window are run from that row's carried state
-      (``batch.state``), so at i = 0 every draw is the position itself (with bptt 35, 18 tokens per
-      sample on average against the replay's 35; its cost is not measured yet).
+      (``batch.state``), so at i = 0 every draw is the position itself. Draws per position, not per
+      short context: at every position it costs 2.4 times the replay (docs/results.md).
     - ``in-batch`` (opt-in approximation): the batch's own positions that share a short context are
       draws from extend(sh) already computed by the primary pass: up to k of them (uniformly, without
       replacement) form the induced estimate of Eq. 15, and the gradient flows through the primary
