@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,16 +127,33 @@ def test_restart_before_any_evaluation_restores_the_initial_state(
     assert seen["weights"] and seen["optimizer_empty"] and seen["averager"]
 
 
+def _train_tiny(tmp_path: Path, overrides: list[str]) -> None:
+    """``configs/tiny.yaml`` with ``overrides`` in ``tmp_path``."""
+    from infolm.build import train
+    from infolm.config import load_config
+
+    overrides = [f"run.dir={tmp_path}", *overrides]
+    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+
+
+def _script_evaluations(monkeypatch: pytest.MonkeyPatch, losses: Iterator[float], before: Any = None) -> None:
+    """Validation returns the next of ``losses`` (after ``before(trainer)``, if given)."""
+    from infolm.tasks.base import Metrics
+
+    def scripted_evaluate(self: Trainer, split: str = "valid") -> Metrics:
+        self.last_eval_step = self.step
+        if before is not None:
+            before(self)
+        return Metrics({"loss": next(losses)}, selection="loss")
+
+    monkeypatch.setattr(Trainer, "evaluate", scripted_evaluate)
+
+
 @pytest.mark.parametrize("restore", [True, False])
 def test_plateau_decay_reloads_the_best_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore: bool) -> None:
     """With ``optim.plateau_restore_best`` a decay puts the weights of ``best/`` back (the released code
     of Zaremba et al., Xie et al. and the IMM authors); without it the weights go on."""
-    from infolm.build import train
-    from infolm.config import load_config
-    from infolm.tasks.base import Metrics
-
     overrides = [
-        f"run.dir={tmp_path}",
         "train.max_steps=8",
         "train.eval_every=2",
         "train.checkpoint_every=0",
@@ -144,13 +162,9 @@ def test_plateau_decay_reloads_the_best_weights(tmp_path: Path, monkeypatch: pyt
         f"optim.plateau_restore_best={str(restore).lower()}",
     ]
     # best at the second evaluation (step 4); the later ones are worse and decay (steps 6 and 8)
-    losses = itertools.chain([5.0, 4.0, 6.0], itertools.repeat(7.0))
+    _script_evaluations(monkeypatch, itertools.chain([5.0, 4.0, 6.0], itertools.repeat(7.0)))
     seen: dict[str, Any] = {}
     original = Trainer._evaluate_and_log
-
-    def scripted_evaluate(self: Trainer, split: str = "valid") -> Metrics:
-        self.last_eval_step = self.step
-        return Metrics({"loss": next(losses)}, selection="loss")
 
     def inspected(self: Trainer) -> None:
         original(self)
@@ -160,9 +174,8 @@ def test_plateau_decay_reloads_the_best_weights(tmp_path: Path, monkeypatch: pyt
             weights = self.model.state_dict()
             seen["weights_are_best"] = all(torch.equal(v, best[k]) for k, v in weights.items() if k in best)
 
-    monkeypatch.setattr(Trainer, "evaluate", scripted_evaluate)
     monkeypatch.setattr(Trainer, "_evaluate_and_log", inspected)
-    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+    _train_tiny(tmp_path, overrides)
     assert seen["lr"] == 10.0  # 20 halved once
     assert seen["weights_are_best"] is restore
     events = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("event") == "plateau_restore_best"]
@@ -185,31 +198,17 @@ def test_plateau_restore_refuses_a_best_written_later_in_the_run(
     """A resumed run that replays a decay must not reload a best/ the original run wrote after it."""
     import json
 
-    from infolm.build import train
-    from infolm.config import load_config
     from infolm.errors import InfolmError
-    from infolm.tasks.base import Metrics
 
-    overrides = [
-        f"run.dir={tmp_path}",
-        "train.max_steps=8",
-        "train.eval_every=2",
-        "optim.schedule=plateau",
-        "optim.plateau_restore_best=true",
-    ]
-    losses = iter([5.0, 4.0, 6.0])
-
-    def scripted_evaluate(self: Trainer, split: str = "valid") -> Metrics:
-        self.last_eval_step = self.step
-        loss = next(losses)
-        if self.step == 6:  # best/ as a later point of an earlier run of this directory left it
-            meta = self.run_dir / "checkpoints" / "best" / "meta.json"
+    def later_best(trainer: Trainer) -> None:
+        if trainer.step == 6:  # best/ as a later point of an earlier run of this directory left it
+            meta = trainer.run_dir / "checkpoints" / "best" / "meta.json"
             meta.write_text(json.dumps({**json.loads(meta.read_text()), "step": 7}))
-        return Metrics({"loss": loss}, selection="loss")
 
-    monkeypatch.setattr(Trainer, "evaluate", scripted_evaluate)
+    _script_evaluations(monkeypatch, iter([5.0, 4.0, 6.0]), before=later_best)
+    overrides = ["train.max_steps=8", "train.eval_every=2", "optim.schedule=plateau", "optim.plateau_restore_best=true"]
     with pytest.raises(InfolmError, match="was written at step 7, after this point of the run"):
-        train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+        _train_tiny(tmp_path, overrides)
 
 
 def test_evaluations_before_patience_from_step_neither_decay_nor_stop(
@@ -217,12 +216,7 @@ def test_evaluations_before_patience_from_step_neither_decay_nor_stop(
 ) -> None:
     """``train.patience_from_step``: worse evaluations before it do not count (KL annealing still
     raising its weight); from it on the plateau schedule and early stopping read them as usual."""
-    from infolm.build import train
-    from infolm.config import load_config
-    from infolm.tasks.base import Metrics
-
     overrides = [
-        f"run.dir={tmp_path}",
         "train.max_steps=12",
         "train.eval_every=2",
         "train.early_stopping=2",
@@ -230,20 +224,15 @@ def test_evaluations_before_patience_from_step_neither_decay_nor_stop(
         "optim.schedule=plateau",
         "optim.decay=0.5",
     ]
-    losses = iter([5.0, 6.0, 6.5, 7.0, 8.0, 9.0])  # best at step 2, every later evaluation worse
+    _script_evaluations(monkeypatch, iter([5.0, 6.0, 6.5, 7.0, 8.0, 9.0]))  # best at step 2, then worse
     lrs: dict[int, float] = {}
     original = Trainer._evaluate_and_log
-
-    def scripted_evaluate(self: Trainer, split: str = "valid") -> Metrics:
-        self.last_eval_step = self.step
-        return Metrics({"loss": next(losses)}, selection="loss")
 
     def recorded(self: Trainer) -> None:
         original(self)
         lrs[self.step] = self.schedule.lr
 
-    monkeypatch.setattr(Trainer, "evaluate", scripted_evaluate)
     monkeypatch.setattr(Trainer, "_evaluate_and_log", recorded)
-    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+    _train_tiny(tmp_path, overrides)
     # step 4 is worse but before step 6: no decay; steps 6 and 8 count: two decays, then the stop
     assert lrs == {2: 20.0, 4: 20.0, 6: 10.0, 8: 5.0}
