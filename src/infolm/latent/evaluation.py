@@ -65,6 +65,7 @@ class LatentMetrics:
     nll_per_token: float
     ppl: float  # exp(nll_per_token)
     elbo: float
+    elbo_per_token: float
     rate: float  # KL(q || p) per example
     rate_per_token: float
     distortion: float
@@ -113,6 +114,7 @@ class LatentAccumulator:
             nll_per_token=nll / t,
             ppl=math.exp(min(nll / t, 700.0)),
             elbo=self.sums["elbo"] / n,
+            elbo_per_token=self.sums["elbo"] / t,
             rate=self.sums["rate"] / n,
             rate_per_token=self.sums["rate"] / t,
             distortion=self.sums["distortion"] / n,

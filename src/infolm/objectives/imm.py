@@ -397,6 +397,7 @@ class IMM(Objective):
         delayed = config.start_step > 0 or config.start_below_ppl > 0
         self.register_buffer("started", torch.tensor(not delayed))  # saved with the objective's state
         self._lr_reset: float | None = None
+        self._backoff_cache: dict[tuple[str, torch.dtype], tuple[Tensor, Tensor]] = {}
 
     @property
     def context_len(self) -> int:
@@ -510,7 +511,6 @@ class IMM(Objective):
         back-off mass γ(x) and lower order P̂ it uses. Returns the loss and the number of positions.
         Clipped apart like every IMM gradient (App. D.2; the released code leaves it unclipped)."""
         _, _, eligible = positions
-        unigram = self.restricted.tables[0]  # order 1: P̂(v) and, per word as a history, γ
         logits = output.logits[:, self.context_len - 1 :]  # (B, T, V)
         device = logits.device
         mask = eligible.to(device)
@@ -519,10 +519,21 @@ class IMM(Objective):
         log_q = torch.log_softmax(_at_least_fp32(logits[mask]), dim=-1)  # (N, V)
         previous = batch.inputs[:, self.context_len - 1 :].to(device)[mask]  # (N,) x
         targets = batch.targets[:, self.context_len - 1 :].to(device)[mask]  # (N,) y
-        gamma = torch.as_tensor(unigram.backoff, device=device, dtype=log_q.dtype)[previous]  # (N,)
-        lower = torch.as_tensor(unigram.prob, device=device, dtype=log_q.dtype)  # (V,)
+        backoff, lower = self._bigram_backoff(device, log_q.dtype)  # (V,) γ per previous word, (V,) P̂
+        gamma = backoff[previous]  # (N,)
         true_word = log_q.gather(1, targets.unsqueeze(1)).squeeze(1)
         return -((1 - gamma) * true_word + gamma * (log_q @ lower)).mean(), float(len(targets))
+
+    def _bigram_backoff(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The restricted bigram's back-off mass γ(x) per word and its unigram P̂, as tensors (made once)."""
+        key = (str(device), dtype)
+        if key not in self._backoff_cache:
+            unigram = self.restricted.tables[0]  # order 1: P̂(v) and, per word as a history, γ
+            self._backoff_cache[key] = (
+                torch.as_tensor(unigram.backoff, device=device, dtype=dtype),
+                torch.as_tensor(unigram.prob, device=device, dtype=dtype),
+            )
+        return self._backoff_cache[key]
 
     # -- which short contexts -------------------------------------------------------------------
 

@@ -113,7 +113,7 @@ class SentenceLatent(SentenceLM):
             log_names["amim_loss"] = "amim_loss"
             selection = "amim_loss"
         if self.config.selection == "elbo":
-            values["neg_elbo"] = -metrics.elbo * metrics.examples / max(metrics.tokens, 1)
+            values["neg_elbo"] = -metrics.elbo_per_token
             log_names["neg_elbo"] = "neg_elbo"
             selection = "neg_elbo"
         if self.config.selection == "reconstruction":
