@@ -75,3 +75,39 @@ def test_realizations_script_arms_train_exactly_their_terms() -> None:
         config = load_config(ROOT / "configs/ptb/imm-xie-table2.yaml", words.split())
         active = {name for name, settings in config.objective.items() if (settings or {}).get("weight", 1.0) != 0}
         assert active == expected.get(arm, {"mle", "imm"}), arm
+
+
+def table5_1_driver():
+    path = ROOT / "experiments" / "thesis_table5_1.py"
+    spec = importlib.util.spec_from_file_location("thesis_table5_1", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# arm -> (latents, objective, estimator, draws): Table 5.1's columns
+TABLE5_1 = {
+    "dreg-1": ("gaussian", "mi-kl", "dreg", 1),
+    "dreg-16-kl": ("gaussian", "mi-kl", "dreg", 16),
+    "dreg-16-renyi": ("gaussian", "mi-renyi", "dreg", 16),
+    "vimco-1": ("categorical", "mi-kl", "reinforce", 1),
+    "vimco-16-kl": ("categorical", "mi-kl", "vimco", 16),
+    "vimco-16-renyi": ("categorical", "mi-renyi", "vimco", 16),
+}
+
+
+@pytest.mark.parametrize("arm", list(TABLE5_1))
+def test_table5_1_driver_arms_train_exactly_their_objective(arm: str, tmp_path: Path) -> None:
+    module = table5_1_driver()
+    assert set(module.ARMS) == set(TABLE5_1) == set(module.THESIS)
+    command = module.train_command(tmp_path, arm, 0.25, 3.0, 1, ["optim.lr=0.001"])
+    config = load_config(ROOT / command[4], [word for word in command[5:] if word != "--json"])
+    latent, name, estimator, draws = TABLE5_1[arm]
+    assert config.model["latent"] == latent and config.model["hidden"] == 128
+    assert set(config.objective) == {name}
+    term = config.objective[name]
+    assert (term["estimator"], term["samples"], term["lam"]) == (estimator, draws, 0.25)
+    assert term.get("alpha", 3.0) == 3.0 and ("alpha" in term) == (name == "mi-renyi")
+    assert config.run.seed == 1 and config.optim.lr == 0.001
+    assert config.run.dir == str(tmp_path / f"{arm}-lam0.25-s1")

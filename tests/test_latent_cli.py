@@ -237,3 +237,39 @@ def test_validation_loss_equals_the_training_objective_on_the_same_draws(
     torch.manual_seed(task.seed)
     training = loss(model, batch, None).losses[objective]
     assert metrics.loss == pytest.approx(float(training.detach()), rel=1e-6)
+
+
+def sentence_latent_run(root: Path, samples: int) -> Path:
+    from infolm.config import load_config
+
+    root.mkdir(parents=True, exist_ok=True)
+    run_dir = make_run(root, "latent", {"name": "sentence-gru", "emb": 8, "hidden": 12, "latent": 4}, {"amim": {}})
+    config = load_config(run_dir / "config.yaml")
+    config.task = {"name": "sentence-latent", "valid_samples": samples, "test_samples": samples, "chunk": 2}
+    save_config(config, run_dir / "config.yaml")
+    return run_dir
+
+
+def test_evaluate_samples_equals_the_task_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``infolm evaluate --samples K`` scores as a run whose task draws K (same seeded draws)."""
+    configured = sentence_latent_run(tmp_path / "a", 3)
+    overridden = sentence_latent_run(tmp_path / "b", 7)
+    code, expected, err = run(capsys, "evaluate", str(configured), "--split", "test", "--json")
+    assert code == 0, err
+    code, got, err = run(capsys, "evaluate", str(overridden), "--split", "test", "--samples", "3", "--json")
+    assert code == 0, err
+    assert json.loads(got) == json.loads(expected) and json.loads(got)["samples"] == 3
+    code, seven, _ = run(capsys, "evaluate", str(overridden), "--split", "test", "--json")
+    assert code == 0 and json.loads(seven)["nll"] != json.loads(got)["nll"]
+
+
+@pytest.mark.parametrize(
+    ("which", "samples", "message"),
+    [("latent", "0", "--samples must be at least 1, got 0"), ("lstm", "2", "draws no latents")],
+)
+def test_evaluate_samples_bad_input_is_one_line(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str, samples: str, message: str
+) -> None:
+    run_dir = sentence_latent_run(tmp_path, 2) if which == "latent" else runs[which]
+    code, out, err = run(capsys, "evaluate", str(run_dir), "--samples", samples)
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1

@@ -114,6 +114,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     batch_size = config.data.eval_batch_size = args.batch_size or config.data.eval_batch_size
     bptt = config.data.bptt = args.bptt or config.data.bptt
     task = build_task(config, corpus)
+    if args.samples is not None:
+        if args.samples < 1:
+            raise InfolmError(f"--samples must be at least 1, got {args.samples}")
+        if not hasattr(task.config, "test_samples"):
+            raise InfolmError(
+                f"--samples sets the IWAE draws of a latent-variable run; {args.run_dir} trains task "
+                f"{config.task['name']}, which draws no latents"
+            )
+        task.config.valid_samples = task.config.test_samples = args.samples
     result: dict[str, Any] = {"split": args.split, **task.evaluate(model, args.split, device).report()}
     stream_only = {
         "--induced-ngram": args.induced_ngram,
@@ -384,6 +393,9 @@ def make_parser() -> Parser:
     p.add_argument("--mi-generated", type=int, default=0, metavar="N", help="segment MI of N generated vs real tokens")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling-based evaluations")
     p.add_argument("--full-splits", action="store_true", help="score all of valid/test despite data.max_eval_tokens")
+    p.add_argument(
+        "--samples", type=int, default=None, metavar="K", help="latent runs: IWAE-K draws (default: the task's)"
+    )
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("generate", help="sample text from a trained run")

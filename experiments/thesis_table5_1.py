@@ -1,0 +1,274 @@
+"""Table 5.1 of Melis's thesis at a CPU scale: sentence-level latent LMs on PTB, best test results.
+
+Arms (the table's columns; λ and α as the command line gives them):
+
+* ``dreg-1``          40 Gaussian latents, DReG with one draw (the KL and the Rényi objective coincide, Props. 11-12);
+* ``dreg-16-kl``      DReG with 16 draws, the KL objective (Eq. 5.12);
+* ``dreg-16-renyi``   DReG with 16 draws, the Rényi objective (Eq. 5.16);
+* ``vimco-1``         8 x 10 categorical latents, REINFORCE with one draw (the thesis's "VIMCO 1": no draw is
+  left to form a leave-one-out baseline);
+* ``vimco-16-kl``, ``vimco-16-renyi``  VIMCO with 16 draws.
+
+Every run is ``infolm train configs/ptb/thesis-table5-1-cpu.yaml`` with the arm's objective (the config
+states the scale and the untuned choices), named ``OUT/<arm>-lam<λ>-s<seed>``. As the thesis reports each
+column's best result after tuning on validation, ``table`` picks, per arm and seed, the λ whose run has
+the best validation bound, scores that run's best checkpoint on test (IWAE-``--test-samples``, thesis:
+500) and on validation with IWAE-100, and prints perplexity, NLL and KL per token beside the thesis's
+numbers (hidden 128). A sentence LM run (``--lm-run``, ``configs/ptb/sentence-lstm.yaml``) is the
+table's baseline row::
+
+    OMP_NUM_THREADS=1 python experiments/thesis_table5_1.py train --out runs/thesis-table5-1 \
+        --arms dreg-1 vimco-1 --lams 0.3 --seeds 0 --jobs 1
+    python experiments/thesis_table5_1.py table --out runs/thesis-table5-1 --lm-run runs/ptb-sentence-lstm
+
+Rerunning ``train`` resumes cut runs (``infolm train`` resumes its run directory) and skips finished
+ones; ``--deadline-s`` stops what still trains (a cut run is marked so in the table). Scores are
+cached as ``<run>/eval-test.json`` and ``eval-valid-iwae100.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = "configs/ptb/thesis-table5-1-cpu.yaml"
+
+
+def objective(arm: str, lam: float, alpha: float) -> tuple[str, dict[str, Any]]:
+    """The latents and the objective section of an arm."""
+    estimator, samples, *kind = arm.split("-")
+    latent = "gaussian" if estimator == "dreg" else "categorical"
+    draws = int(samples)
+    if estimator == "vimco" and draws == 1:
+        estimator = "reinforce"  # VIMCO's baseline needs a second draw
+    term: dict[str, Any] = {"estimator": estimator, "samples": draws, "lam": lam}
+    if kind == ["renyi"]:
+        return latent, {"mi-renyi": {**term, "alpha": alpha}}
+    return latent, {"mi-kl": term}
+
+
+ARMS = ["dreg-1", "dreg-16-kl", "dreg-16-renyi", "vimco-1", "vimco-16-kl", "vimco-16-renyi"]
+# Table 5.1, hidden 128: test perplexity, NLL per token, KL per token
+THESIS = {
+    "dreg-1": (92.5, 4.527, 0.047),
+    "dreg-16-kl": (91.7, 4.518, 0.131),
+    "dreg-16-renyi": (91.6, 4.517, 0.126),
+    "vimco-1": (94.6, 4.549, 0.000),
+    "vimco-16-kl": (92.1, 4.523, 0.164),
+    "vimco-16-renyi": (92.5, 4.527, 0.120),
+}
+
+
+def run_name(arm: str, lam: float, seed: int) -> str:
+    return f"{arm}-lam{lam:g}-s{seed}"
+
+
+def train_command(out: Path, arm: str, lam: float, alpha: float, seed: int, extra: list[str]) -> list[str]:
+    latent, section = objective(arm, lam, alpha)
+    return [
+        sys.executable,
+        "-m",
+        "infolm",
+        "train",
+        CONFIG,
+        f"run.dir={out / run_name(arm, lam, seed)}",
+        f"run.seed={seed}",
+        f"model.latent={latent}",
+        "~objective.mi-kl",  # an override merges into the config's objective section: replace it
+        f"objective={json.dumps(section)}",
+        *extra,
+        "--json",
+    ]
+
+
+def finished(run: Path) -> bool:
+    """Ended by itself (early stopping or the epoch limit): the driver saved its summary."""
+    return (run / "train-summary.json").is_file()
+
+
+def run_one(command: list[str], run: Path, timeout: float) -> dict[str, Any]:
+    start = time.time()
+    record: dict[str, Any] = {"run": run.name, "command": " ".join(command)}
+    try:
+        with (run.parent / f"{run.name}.train.err").open("wb") as err:
+            result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        record.update(rc="cut at the deadline", wall_s=round(time.time() - start, 1))
+        return record
+    record.update(rc=result.returncode, wall_s=round(time.time() - start, 1))
+    lines = result.stdout.decode().strip().splitlines()
+    if result.returncode == 0 and lines:
+        tmp = run / "train-summary.tmp"
+        tmp.write_text(lines[-1] + "\n")
+        tmp.replace(run / "train-summary.json")
+    return record
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + args.deadline_s if args.deadline_s else math.inf
+    todo = [
+        (train_command(out, arm, lam, args.alpha, seed, args.set), out / run_name(arm, lam, seed))
+        for seed in args.seeds
+        for lam in args.lams
+        for arm in args.arms
+        if not finished(out / run_name(arm, lam, seed))
+    ]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    call = {"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine()}
+    with (out / "calls.jsonl").open("a") as handle:
+        handle.write(json.dumps(call) + "\n")
+
+    def job(item: tuple[list[str], Path]) -> dict[str, Any]:
+        command, run = item
+        left = deadline - time.time()
+        if left <= 0:
+            return {"run": run.name, "rc": "not started: past the deadline"}
+        record = run_one(command, run, left if math.isfinite(left) else None)  # type: ignore[arg-type]
+        with (out / "jobs.jsonl").open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        print(f"{run.name}: {record['rc']} ({record.get('wall_s', 0):.0f} s)", file=sys.stderr, flush=True)
+        return record
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(job, todo))
+
+
+def machine() -> dict[str, Any]:
+    found: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
+    found["cpus"] = os.cpu_count()
+    try:
+        import torch
+
+        found["torch"] = torch.__version__
+        found["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        pass
+    return found
+
+
+# ----------------------------------------------------------------------------------------------
+# The table, from the run directories alone
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def best_valid(run: Path) -> float | None:
+    """The run's best validation bound per token (IWAE-``task.valid_samples``) from its log."""
+    losses = [r["loss"] for r in read_jsonl(run / "metrics.jsonl") if r.get("split") == "valid"]
+    finite = [loss for loss in losses if math.isfinite(loss)]
+    return min(finite) if finite else None
+
+
+def score(run: Path, split: str, samples: int | None, path: Path) -> dict[str, Any]:
+    """``infolm evaluate`` of the run's best checkpoint, cached in ``path``."""
+    if path.is_file() and path.stat().st_mtime >= (run / "metrics.jsonl").stat().st_mtime:
+        return dict(json.loads(path.read_text()))
+    command = [sys.executable, "-m", "infolm", "evaluate", str(run), "--split", split, "--full-splits", "--json"]
+    if samples is not None:
+        command += ["--samples", str(samples)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"scoring {run} on {split} failed: {result.stderr.strip()}")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(result.stdout)
+    tmp.replace(path)
+    return dict(json.loads(result.stdout))
+
+
+def per_token_kl(found: dict[str, Any]) -> float:
+    """Table 5.1's KL: the rate summed over sentences, divided by the scored tokens."""
+    return float(found["kl"]) * float(found["sentences"]) / float(found["tokens"])
+
+
+def mean_std(values: list[float], digits: int) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    runs: dict[str, dict[int, list[Path]]] = {arm: {} for arm in ARMS}
+    for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
+        arm, _, rest = run.name.partition("-lam")
+        if arm in runs and "-s" in rest:
+            runs[arm].setdefault(int(rest.rsplit("-s", 1)[1]), []).append(run)
+    lines = [
+        f"| arm | seeds (converged / cut) | λ chosen on valid | valid NLL (IWAE-{args.valid_samples}) | "
+        f"test ppl (IWAE-{args.test_samples}) | test NLL | test KL per token | active units | "
+        "thesis ppl / NLL / KL (hidden 128) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for arm in ARMS:
+        chosen: list[tuple[int, Path]] = []
+        for seed, candidates in sorted(runs[arm].items()):
+            scored = [(loss, run) for run in candidates if (loss := best_valid(run)) is not None]
+            if scored:
+                chosen.append((seed, min(scored)[1]))
+        if not chosen:
+            continue
+        valid = [score(run, "valid", args.valid_samples, run / f"eval-valid-iwae{args.valid_samples}.json")
+                 for _, run in chosen]  # fmt: skip
+        test = [score(run, "test", args.test_samples, run / f"eval-test-iwae{args.test_samples}.json")
+                for _, run in chosen]  # fmt: skip
+        done = sum(finished(run) for _, run in chosen)
+        lams = ", ".join(run.name.partition("-lam")[2].rsplit("-s", 1)[0] for _, run in chosen)
+        ppl, nll, kl = THESIS[arm]
+        lines.append(
+            f"| {arm} | {done} / {len(chosen) - done} | {lams} | {mean_std([v['nll'] for v in valid], 3)} | "
+            f"{mean_std([t['ppl'] for t in test], 1)} | {mean_std([t['nll'] for t in test], 3)} | "
+            f"{mean_std([per_token_kl(t) for t in test], 3)} | {mean_std([t['active_units'] for t in test], 1)} | "
+            f"{ppl} / {nll} / {kl:.3f} |"
+        )
+    for lm in args.lm_run:
+        run = Path(lm)
+        lm_test = score(run, "test", None, run / "eval-test.json")
+        lines.append(
+            f"| sentence LSTM LM ({run.name}) | 1 | – | – | {lm_test['ppl']:.1f} | {lm_test['nll']:.3f} | – | – | "
+            "– (its plain decoder: VIMCO 1, KL 0.000) |"
+        )
+    print("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train the arms")
+    p.add_argument("--out", default="runs/thesis-table5-1")
+    p.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS)
+    p.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.3, 0.6], help="λ grid (Table 5.2: -0.05..0.9999)")
+    p.add_argument("--alpha", type=float, default=2.0, help="α of the Rényi arms (Table 5.2 tunes it in 0.86..16)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    p.add_argument("--deadline-s", type=float, default=0, help="stop what trains after this many s (0: never)")
+    p.add_argument("--set", nargs="*", default=[], help="overrides for every run (e.g. run.device=cuda)")
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("table", help="pick λ on validation, score on test and print the table")
+    p.add_argument("--out", default="runs/thesis-table5-1")
+    p.add_argument("--valid-samples", type=int, default=100, help="IWAE-K of the reported valid NLL (thesis: 100)")
+    p.add_argument("--test-samples", type=int, default=500, help="IWAE-K on test (thesis: 500)")
+    p.add_argument("--lm-run", nargs="*", default=[], help="sentence LM runs: the baseline row")
+    p.set_defaults(func=cmd_table)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
