@@ -5,7 +5,11 @@ dropout, weight averaging.
     OMP_NUM_THREADS=1 python experiments/melis_ptb_word.py budget    # the arms at an equal CPU budget (3 seeds)
     OMP_NUM_THREADS=1 python experiments/melis_ptb_word.py evaluate  # test ppl; dynamic eval, MC dropout,
                                                                      # temperature (lstm-s0, equal-budget LSTMs)
-    python experiments/melis_ptb_word.py report  # runs/melis-ptb-word/tables.md and docs/img/averaging.png
+    OMP_NUM_THREADS=1 python experiments/melis_ptb_word.py converged [--arms ...] [--seeds ...]
+                                     # LSTM vs Mogrifier (2TA) and LSTM with tail averaging, each to early
+                                     # stopping; test ppl; dynamic eval / MC dropout / temperature on them
+    python experiments/melis_ptb_word.py report  # runs/melis-ptb-word/tables.md and docs/img/averaging.png,
+                                                 # docs/img/melis_converged.png
 
 Every run is an ``infolm train`` / ``infolm evaluate`` subprocess; the command line, wall time and JSON
 summary of each are kept in ``runs/melis-ptb-word/log.jsonl``, and a finished step is skipped when rerun.
@@ -39,6 +43,12 @@ AVERAGING = {  # averager -> config (same seed, so the raw trajectory is the sam
     "tail": "configs/ptb/melis-small-lstm-tail.yaml",
     "ema": "configs/ptb/melis-small-lstm-ema.yaml",
 }
+CONVERGED = {  # arm -> config: trained to early stopping (configs/ptb/melis-converged-*.yaml state the scale)
+    "lstm": "configs/ptb/melis-converged-lstm.yaml",
+    "mogrifier": "configs/ptb/melis-converged-mogrifier.yaml",
+    "lstm-tail": "configs/ptb/melis-converged-lstm-tail.yaml",
+}
+CONVERGED_EXTRAS = ("lstm", "mogrifier")  # the converged models dynamic evaluation and MC dropout are applied to
 BUDGET_S = 100.0  # training seconds per run of the equal-budget comparison (one core)
 CALIBRATION_STEPS = 40  # steps timed per arm to turn the budget into a step count
 EXTRAS_RUN = "lstm-s0"  # the trained model that dynamic evaluation, MC dropout and temperature are applied to
@@ -112,6 +122,31 @@ def cmd_evaluate(_: argparse.Namespace) -> None:
         if (OUT / run / "config.yaml").exists():
             _run(f"extras/{run}", ["infolm", "evaluate", f"runs/melis-ptb-word/{run}", *EXTRAS_ARGS, "--json"])
     _run(f"extras/{EXTRAS_RUN}", ["infolm", "evaluate", f"runs/melis-ptb-word/{EXTRAS_RUN}", *EXTRAS_ARGS, "--json"])
+
+
+# ------------------------------------------------------------------------------------------------
+# at convergence: each arm until validation stops improving (early stopping), then test and the extras
+
+
+def converged_jobs(arms: list[str], seeds: list[int]) -> list[tuple[str, list[str]]]:
+    jobs = []
+    for seed in seeds:
+        for arm in arms:
+            run = f"converged/{arm}-s{seed}"
+            directory = f"runs/melis-ptb-word/{run}"
+            train = [CONVERGED[arm], f"run.dir={directory}", f"run.seed={seed}", "--json"]
+            jobs.append((f"train/{run}", ["infolm", "train", *train]))
+            jobs.append((f"test/{run}", ["infolm", "evaluate", directory, "--split", "test", "--json"]))
+            if arm in CONVERGED_EXTRAS:
+                jobs.append((f"extras/{run}", ["infolm", "evaluate", directory, *EXTRAS_ARGS, "--json"]))
+    return jobs
+
+
+def cmd_converged(args: argparse.Namespace) -> None:
+    for key, command in converged_jobs(args.arms, args.seeds):
+        if not key.startswith("train/") and f"train/{key.split('/', 1)[1]}" not in _done():
+            continue  # its training was cut: the rerun resumes it first
+        _run(key, command)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -265,6 +300,21 @@ def averaging_table(done: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def _extras_cells(result: dict[str, Any]) -> tuple[float, list[str], dict[str, float]]:
+    """Static test NLL, the table cells of temperature / MC dropout / dynamic evaluation (test ppl, the
+    change against static, the tuned settings) and the changes in percent, from one ``extras`` record."""
+    static = float(result["temperature"]["test_nll_t1"])
+    change = {
+        name: 100.0 * (math.exp(result[name]["test_nll"] - static) - 1.0)
+        for name in ("temperature", "mc_dropout", "dynamic")
+    }
+    cells = [f"{math.exp(result[name]['test_nll']):.1f} ({change[name]:+.1f}%)" for name in change]
+    temperature, dynamic = result["temperature"], result["dynamic"]
+    cells[0] += f", T = {temperature['temperature']:.3f}"
+    cells[2] += f", {dynamic['lr']:g}, {dynamic['decay']:g}, {dynamic['epsilon']:g}"
+    return static, cells, change
+
+
 def budget_extras_table(done: dict[str, dict[str, Any]]) -> str:
     """Test perplexity of each equal-budget LSTM seed under static evaluation, the tuned softmax
     temperature, MC dropout and dynamic evaluation, and the change against static (mean ± sd)."""
@@ -277,16 +327,9 @@ def budget_extras_table(done: dict[str, dict[str, Any]]) -> str:
         record = done.get(f"extras/budget/lstm-s{seed}")
         if record is None:
             continue
-        result = record["result"]
-        static = result["temperature"]["test_nll_t1"]
-        cells = []
+        static, cells, change = _extras_cells(record["result"])
         for name in changes:
-            nll = result[name]["test_nll"]
-            changes[name].append(100.0 * (math.exp(nll - static) - 1.0))
-            cells.append(f"{math.exp(nll):.1f} ({changes[name][-1]:+.1f}%)")
-        temperature, dynamic = result["temperature"], result["dynamic"]
-        cells[0] += f", T = {temperature['temperature']:.3f}"
-        cells[2] += f", {dynamic['lr']:g}, {dynamic['decay']:g}, {dynamic['epsilon']:g}"
+            changes[name].append(change[name])
         rows.append(f"| {seed} | {math.exp(static):.1f} | " + " | ".join(cells) + " |")
     if changes["dynamic"]:
         mean = " | ".join(f"{_mean_std(v)}%" for v in changes.values())
@@ -299,6 +342,79 @@ def extras_table(done: dict[str, dict[str, Any]]) -> str:
     if record is None:
         return "(not run)"
     return "```json\n" + json.dumps(record["result"], indent=1) + "\n```"
+
+
+def converged_table(done: dict[str, dict[str, Any]]) -> str:
+    """Each arm at early stopping (mean ± sd over seeds): epochs, validation and test perplexity of the
+    evaluated weights, the raw weights' best validation perplexity (2TA runs log it as ``loss_raw``), the
+    wall time per epoch; then the extras on the converged LSTM and Mogrifier."""
+    rows = [
+        "| arm | params | seeds | epochs | valid ppl (best) | test ppl | raw weights, best valid ppl | "
+        "per-seed test | train wall s per epoch |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for arm in CONVERGED:
+        valid, test, raw, epochs, per_epoch, params = [], [], [], [], [], None
+        for seed in SEEDS:
+            run = f"converged/{arm}-s{seed}"
+            train = done.get(f"train/{run}")
+            if train is None:
+                continue
+            evals = _evals(run)
+            valid.append(math.exp(train["result"]["best_valid_loss"]))
+            params = train["result"]["parameters"]
+            epochs.append(float(len(evals)))
+            per_epoch.append(train["result"]["elapsed"] / max(len(evals), 1))
+            raws = [r["loss_raw"] for r in evals if "loss_raw" in r]
+            if raws:
+                raw.append(math.exp(min(raws)))
+            tested = done.get(f"test/{run}")
+            if tested is not None:
+                test.append(tested["result"]["ppl"])
+        rows.append(
+            f"| {arm} | {params or '—'} | {len(valid)} | {_mean_std(epochs)} | {_mean_std(valid)} | "
+            f"{_mean_std(test)} | {_mean_std(raw)} | {', '.join(f'{v:.1f}' for v in test)} | {_mean_std(per_epoch)} |"
+        )
+    rows += [
+        "",
+        "| converged model | seed | static test ppl | temperature (T) | MC dropout | dynamic evaluation |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for arm in CONVERGED_EXTRAS:
+        for seed in SEEDS:
+            record = done.get(f"extras/converged/{arm}-s{seed}")
+            if record is None:
+                continue
+            static, cells, _ = _extras_cells(record["result"])
+            rows.append(f"| {arm} | {seed} | {math.exp(static):.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def converged_plot(path: Path) -> None:
+    """Validation perplexity by epoch of every converged run (2TA runs: the raw weights dotted)."""
+    from infolm.evaluation.plots import new_figure, save_figure
+
+    fig, (axis,) = new_figure()
+    colors = {"lstm": "tab:blue", "mogrifier": "tab:red", "lstm-tail": "tab:orange"}
+    for arm, color in colors.items():
+        for seed in SEEDS:
+            evals = _evals(f"converged/{arm}-s{seed}")
+            if not evals:
+                continue
+            epochs = range(1, len(evals) + 1)
+            label = {"lstm": "LSTM, 2TA", "mogrifier": "Mogrifier, 2TA", "lstm-tail": "LSTM, tail averaging"}[arm]
+            axis.plot(epochs, [math.exp(r["loss"]) for r in evals], color=color, label=label if seed == 0 else None)
+            if any("loss_raw" in r for r in evals):
+                raw = [math.exp(r.get("loss_raw", math.nan)) for r in evals]
+                axis.plot(
+                    epochs, raw, color=color, linestyle=":", label=f"{label.split(',')[0]}, raw" if seed == 0 else None
+                )
+    axis.set_xlabel("epoch")
+    axis.set_ylabel("validation perplexity")
+    axis.set_yscale("log")
+    axis.legend()
+    axis.set_title("PTB, Melis model ~1.59M parameters, to early stopping")
+    save_figure(fig, path)
 
 
 def averaging_plot(path: Path) -> None:
@@ -336,12 +452,15 @@ def cmd_report(_: argparse.Namespace) -> None:
             f"## equal CPU budget ({BUDGET_S:.0f} s of training per run)\n\n" + budget_table(done),
             "## equal-budget LSTM: temperature, MC dropout, dynamic evaluation (test)\n\n" + budget_extras_table(done),
             "## averaging\n\n" + averaging_table(done),
+            "## at convergence (early stopping)\n\n" + converged_table(done),
             f"## dynamic evaluation, MC dropout, temperature ({EXTRAS_RUN})\n\n" + extras_table(done),
             f"total wall time of all steps: {total:.0f} s",
         ]
     )
     (OUT / "tables.md").write_text(text + "\n")
     averaging_plot(ROOT / "docs" / "img" / "averaging.png")
+    if any(key.startswith("train/converged/") for key in done):
+        converged_plot(ROOT / "docs" / "img" / "melis_converged.png")
     print(text)
 
 
@@ -351,6 +470,10 @@ def main() -> None:
     commands = (("train", cmd_train), ("evaluate", cmd_evaluate), ("budget", cmd_budget), ("report", cmd_report))
     for name, func in commands:
         sub.add_parser(name).set_defaults(func=func)
+    p = sub.add_parser("converged", help="train to early stopping, then test and the extras")
+    p.add_argument("--arms", nargs="+", default=list(CONVERGED), choices=list(CONVERGED))
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    p.set_defaults(func=cmd_converged)
     args = parser.parse_args()
     args.func(args)
 

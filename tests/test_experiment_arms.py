@@ -111,3 +111,33 @@ def test_table5_1_driver_arms_train_exactly_their_objective(arm: str, tmp_path: 
     assert term.get("alpha", 3.0) == 3.0 and ("alpha" in term) == (name == "mi-renyi")
     assert config.run.seed == 1 and config.optim.lr == 0.001
     assert config.run.dir == str(tmp_path / f"{arm}-lam0.25-s1")
+
+
+def test_melis_converged_arms_have_equal_parameters_and_their_averagers() -> None:
+    """The converged comparison's arms differ only in the cell (equal parameter counts, within 0.2%) and
+    in the averager; every job of the driver names a config that loads."""
+    from infolm.build import build_model
+
+    path = ROOT / "experiments" / "melis_ptb_word.py"
+    spec = importlib.util.spec_from_file_location("melis_ptb_word", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    configs = {arm: load_config(ROOT / config, []) for arm, config in module.CONVERGED.items()}
+    counts = {arm: sum(p.numel() for p in build_model(c, 10000).parameters()) for arm, c in configs.items()}
+    assert max(counts.values()) / min(counts.values()) < 1.002, counts
+    assert {arm: c.model["cell"] for arm, c in configs.items()} == {
+        "lstm": "lstm", "mogrifier": "mogrifier", "lstm-tail": "lstm",
+    }  # fmt: skip
+    assert {arm: c.optim.average["name"] for arm, c in configs.items()} == {
+        "lstm": "two-tailed", "mogrifier": "two-tailed", "lstm-tail": "tail",
+    }  # fmt: skip
+    for arm, config in configs.items():
+        others = [c for name, c in configs.items() if name != arm]
+        for other in others:  # the same data, optimizer and schedule
+            assert (config.data, config.train, config.optim.lr) == (other.data, other.train, other.optim.lr)
+    jobs = module.converged_jobs(["lstm", "lstm-tail"], [1])
+    assert [key for key, _ in jobs] == [
+        "train/converged/lstm-s1", "test/converged/lstm-s1", "extras/converged/lstm-s1",
+        "train/converged/lstm-tail-s1", "test/converged/lstm-tail-s1",
+    ]  # fmt: skip
