@@ -3,7 +3,8 @@
 Continuous latents (Fig. 5.3): ELBO (β-VAE with analytic KL, Prop. 13), DReG 1 (KL and Rényi are the
 same objective with one draw, Props. 11-12), DReG 16 with the KL objective and with the Rényi
 objective. Fig. 5.4 (``--figures fig5_4_asymmetric``): 16 draws for ln p(x) and one for the MI term,
-and the reverse. Discrete latents (Fig. 5.6): REINFORCE 1 (VIMCO 1), VIMCO 16 KL and VIMCO 16 Rényi. Each
+and the reverse. Discrete latents (Fig. 5.6): REINFORCE 1 (VIMCO 1), VIMCO 16 KL and VIMCO 16 Rényi;
+Fig. 5.7 (``--figures fig5_7_asymmetric_discrete``): VIMCO 16/1 and 1/16, KL and Rényi. Each
 curve is one run per λ of ``--lams``; every run is ``infolm train`` on ``configs/synthetic/cpu-*.yaml``
 (1,000 symbols, 1,000 steps, lr 3e-3: the scale is stated there) with the objective replaced, and its
 final IWAE-100 NLL and MI over all 1,000 symbols are its point. ``infolm pareto`` then keeps each
@@ -50,6 +51,19 @@ FIGURES = {
         [
             ("DReG 16/1 KL", lambda lam: {"mi-kl": {"estimator": "dreg", "samples": 16, "mi_samples": 1, "lam": lam}}),
             ("DReG 1/16 KL", lambda lam: {"mi-kl": {"estimator": "dreg", "samples": 1, "mi_samples": 16, "lam": lam}}),
+        ],
+    ),
+    "fig5_7_asymmetric_discrete": (
+        "configs/synthetic/cpu-categorical.yaml",
+        [
+            (
+                f"VIMCO {counts} {name}",
+                lambda lam, objective=objective, draws=draws, extra=extra: {
+                    objective: {"estimator": "vimco", "samples": draws[0], "mi_samples": draws[1], "lam": lam, **extra}
+                },
+            )
+            for name, objective, extra in (("KL", "mi-kl", {}), ("Rényi", "mi-renyi", {"alpha": 2.0}))
+            for counts, draws in (("16/1", (16, 1)), ("1/16", (1, 16)))
         ],
     ),
     "fig5_6_discrete": (
