@@ -171,7 +171,7 @@ def main() -> None:
     def table2() -> None:
         # One encoder at a time, pretrained then fine-tuned, so that a stopped run leaves whole rows.
         rows: dict[str, Any] = results.setdefault("table2", {})
-        plan = [("bert-nce", "configs/ptb/bert-nce.yaml", [])]
+        plan: list[tuple[str, str, list[str]]] = [("bert-nce", "configs/ptb/bert-nce.yaml", [])]
         plan += [(f"infoword-{v:g}", "configs/ptb/infoword.yaml", [f"objective.dim.weight={v}"]) for v in args.lambdas]
         for name, config, extra in plan:
             encoders[name] = pretrain(name, config, out, budget, extra, log)

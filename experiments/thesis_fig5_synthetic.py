@@ -28,15 +28,27 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIMUM = math.log(1000)
 
+
+def asymmetric_vimco(
+    objective: str, draws: tuple[int, int], extra: dict[str, Any]
+) -> Callable[[float], dict[str, Any]]:
+    """VIMCO with draws[0] draws for ln p(x) and draws[1] for the MI term (Fig. 5.7)."""
+    likelihood, mi = draws
+    return lambda lam: {objective: {"estimator": "vimco", "samples": likelihood, "mi_samples": mi, "lam": lam, **extra}}
+
+
 # figure -> (base config, [(curve label, objective section)])
-FIGURES = {
+Curve = tuple[str, Callable[[float], dict[str, Any]]]
+FIGURES: dict[str, tuple[str, list[Curve]]] = {
     "fig5_3_continuous": (
         "configs/synthetic/cpu-gaussian.yaml",
         [
@@ -56,12 +68,7 @@ FIGURES = {
     "fig5_7_asymmetric_discrete": (
         "configs/synthetic/cpu-categorical.yaml",
         [
-            (
-                f"VIMCO {counts} {name}",
-                lambda lam, objective=objective, draws=draws, extra=extra: {
-                    objective: {"estimator": "vimco", "samples": draws[0], "mi_samples": draws[1], "lam": lam, **extra}
-                },
-            )
+            (f"VIMCO {counts} {name}", asymmetric_vimco(objective, draws, extra))
             for name, objective, extra in (("KL", "mi-kl", {}), ("Rényi", "mi-renyi", {"alpha": 2.0}))
             for counts, draws in (("16/1", (16, 1)), ("1/16", (1, 16)))
         ],

@@ -7,5 +7,5 @@ bash scripts/setup.sh dev
 export INFOLM_OFFLINE=1
 ruff check src tests benchmarks examples experiments
 ruff format --check src tests benchmarks examples experiments
-mypy src
+mypy src experiments
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest
