@@ -145,7 +145,8 @@ def converged_jobs(arms: list[str], seeds: list[int]) -> list[tuple[str, list[st
 def cmd_converged(args: argparse.Namespace) -> None:
     for key, command in converged_jobs(args.arms, args.seeds):
         if not key.startswith("train/") and f"train/{key.split('/', 1)[1]}" not in _done():
-            continue  # its training was cut: the rerun resumes it first
+            print(f"[skip] {key}: its training did not finish (a rerun resumes it)", flush=True)
+            continue
         _run(key, command)
 
 
@@ -344,6 +345,12 @@ def extras_table(done: dict[str, dict[str, Any]]) -> str:
     return "```json\n" + json.dumps(record["result"], indent=1) + "\n```"
 
 
+def converged_seeds() -> list[int]:
+    """Seeds of the converged runs present (``converged --seeds`` may have trained others than SEEDS)."""
+    found = {int(path.name.rsplit("-s", 1)[1]) for path in (OUT / "converged").glob("*-s*") if path.is_dir()}
+    return sorted(found)
+
+
 def converged_table(done: dict[str, dict[str, Any]]) -> str:
     """Each arm at early stopping (mean ± sd over seeds): epochs, validation and test perplexity of the
     evaluated weights, the raw weights' best validation perplexity (2TA runs log it as ``loss_raw``), the
@@ -355,7 +362,7 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
     ]
     for arm in CONVERGED:
         valid, test, raw, epochs, per_epoch, params = [], [], [], [], [], None
-        for seed in SEEDS:
+        for seed in converged_seeds():
             run = f"converged/{arm}-s{seed}"
             train = done.get(f"train/{run}")
             if train is None:
@@ -381,7 +388,7 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for arm in CONVERGED_EXTRAS:
-        for seed in SEEDS:
+        for seed in converged_seeds():
             record = done.get(f"extras/converged/{arm}-s{seed}")
             if record is None:
                 continue
@@ -397,17 +404,17 @@ def converged_plot(path: Path) -> None:
     fig, (axis,) = new_figure()
     colors = {"lstm": "tab:blue", "mogrifier": "tab:red", "lstm-tail": "tab:orange"}
     for arm, color in colors.items():
-        for seed in SEEDS:
+        for index, seed in enumerate(converged_seeds()):
             evals = _evals(f"converged/{arm}-s{seed}")
             if not evals:
                 continue
             epochs = range(1, len(evals) + 1)
             label = {"lstm": "LSTM, 2TA", "mogrifier": "Mogrifier, 2TA", "lstm-tail": "LSTM, tail averaging"}[arm]
-            axis.plot(epochs, [math.exp(r["loss"]) for r in evals], color=color, label=label if seed == 0 else None)
+            axis.plot(epochs, [math.exp(r["loss"]) for r in evals], color=color, label=label if index == 0 else None)
             if any("loss_raw" in r for r in evals):
                 raw = [math.exp(r.get("loss_raw", math.nan)) for r in evals]
                 axis.plot(
-                    epochs, raw, color=color, linestyle=":", label=f"{label.split(',')[0]}, raw" if seed == 0 else None
+                    epochs, raw, color=color, linestyle=":", label=f"{label.split(',')[0]}, raw" if index == 0 else None
                 )
     axis.set_xlabel("epoch")
     axis.set_ylabel("validation perplexity")

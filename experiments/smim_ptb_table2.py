@@ -157,7 +157,7 @@ def main() -> None:
         "| MELBO NLL (not a bound for new data) "
         "| paper NLL | paper KL | paper BLEU-1 | paper entropy |"
     )
-    print("| --- " * 15 + "|")
+    print("| --- " * 14 + "|")
     for row in rows:
         print(row)
 

@@ -10,7 +10,8 @@ Arms (the table's columns; λ and α as the command line gives them):
 * ``vimco-16-kl``, ``vimco-16-renyi``  VIMCO with 16 draws.
 
 Every run is ``infolm train configs/ptb/thesis-table5-1-cpu.yaml`` with the arm's objective (the config
-states the scale and the untuned choices), named ``OUT/<arm>-lam<λ>-s<seed>``. As the thesis reports each
+states the scale and the untuned choices), named ``OUT/<arm>-lam<λ>-s<seed>`` (Rényi arms:
+``OUT/<arm>-lam<λ>-a<α>-s<seed>``). As the thesis reports each
 column's best result after tuning on validation, ``table`` picks, per arm and seed, the λ whose run has
 the best validation bound, scores that run's best checkpoint on test (IWAE-``--test-samples``, thesis:
 500) and on validation with IWAE-100, and prints perplexity, NLL and KL per token beside the thesis's
@@ -23,7 +24,7 @@ table's baseline row::
 
 Rerunning ``train`` resumes cut runs (``infolm train`` resumes its run directory) and skips finished
 ones; ``--deadline-s`` stops what still trains (a cut run is marked so in the table). Scores are
-cached as ``<run>/eval-test.json`` and ``eval-valid-iwae100.json``.
+cached as ``<run>/eval-test-iwae500.json`` and ``eval-valid-iwae100.json``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -70,8 +72,11 @@ THESIS = {
 }
 
 
-def run_name(arm: str, lam: float, seed: int) -> str:
-    return f"{arm}-lam{lam:g}-s{seed}"
+RUN_NAME = re.compile(r"^(?P<arm>.+)-lam(?P<lam>[^-]+)(?:-a(?P<alpha>[^-]+))?-s(?P<seed>\d+)$")
+
+
+def run_name(arm: str, lam: float, alpha: float, seed: int) -> str:
+    return f"{arm}-lam{lam:g}" + (f"-a{alpha:g}" if arm.endswith("renyi") else "") + f"-s{seed}"
 
 
 def train_command(out: Path, arm: str, lam: float, alpha: float, seed: int, extra: list[str]) -> list[str]:
@@ -82,7 +87,7 @@ def train_command(out: Path, arm: str, lam: float, alpha: float, seed: int, extr
         "infolm",
         "train",
         CONFIG,
-        f"run.dir={out / run_name(arm, lam, seed)}",
+        f"run.dir={out / run_name(arm, lam, alpha, seed)}",
         f"run.seed={seed}",
         f"model.latent={latent}",
         "~objective.mi-kl",  # an override merges into the config's objective section: replace it
@@ -116,15 +121,21 @@ def run_one(command: list[str], run: Path, timeout: float) -> dict[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
+    if any(not math.isfinite(lam) or lam >= 1.0 for lam in args.lams):
+        raise SystemExit(f"every λ of --lams must be below 1 (Table 5.2: -0.05..0.9999), got {args.lams}")
+    if not math.isfinite(args.alpha) or args.alpha <= 0.0 or args.alpha == 1.0:
+        raise SystemExit(f"--alpha must be positive and not 1, got {args.alpha}")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.deadline_s if args.deadline_s else math.inf
     todo = [
-        (train_command(out, arm, lam, args.alpha, seed, args.set), out / run_name(arm, lam, seed))
+        (train_command(out, arm, lam, args.alpha, seed, args.set), out / run_name(arm, lam, args.alpha, seed))
         for seed in args.seeds
         for lam in args.lams
         for arm in args.arms
-        if not finished(out / run_name(arm, lam, seed))
+        if not finished(out / run_name(arm, lam, args.alpha, seed))
     ]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     call = {"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine()}
@@ -176,7 +187,8 @@ def best_valid(run: Path) -> float | None:
 
 def score(run: Path, split: str, samples: int | None, path: Path) -> dict[str, Any]:
     """``infolm evaluate`` of the run's best checkpoint, cached in ``path``."""
-    if path.is_file() and path.stat().st_mtime >= (run / "metrics.jsonl").stat().st_mtime:
+    log = run / "metrics.jsonl"
+    if path.is_file() and (not log.is_file() or path.stat().st_mtime >= log.stat().st_mtime):
         return dict(json.loads(path.read_text()))
     command = [sys.executable, "-m", "infolm", "evaluate", str(run), "--split", split, "--full-splits", "--json"]
     if samples is not None:
@@ -191,7 +203,8 @@ def score(run: Path, split: str, samples: int | None, path: Path) -> dict[str, A
 
 
 def per_token_kl(found: dict[str, Any]) -> float:
-    """Table 5.1's KL: the rate summed over sentences, divided by the scored tokens."""
+    """Table 5.1's KL: the rate summed over sentences (``kl`` is its mean per sentence), divided by the
+    scored tokens."""
     return float(found["kl"]) * float(found["sentences"]) / float(found["tokens"])
 
 
@@ -205,32 +218,45 @@ def mean_std(values: list[float], digits: int) -> str:
 
 def cmd_table(args: argparse.Namespace) -> None:
     out = Path(args.out)
+    if not out.is_dir():
+        raise SystemExit(f"{out} is not a directory of Table 5.1 runs")
     runs: dict[str, dict[int, list[Path]]] = {arm: {} for arm in ARMS}
     for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
-        arm, _, rest = run.name.partition("-lam")
-        if arm in runs and "-s" in rest:
-            runs[arm].setdefault(int(rest.rsplit("-s", 1)[1]), []).append(run)
+        match = RUN_NAME.match(run.name)
+        if match and match["arm"] in runs:
+            runs[match["arm"]].setdefault(int(match["seed"]), []).append(run)
     lines = [
-        f"| arm | seeds (converged / cut) | λ chosen on valid | valid NLL (IWAE-{args.valid_samples}) | "
+        f"| arm | seeds (ended by themselves / cut) | λ chosen on valid | valid NLL (IWAE-{args.valid_samples}) | "
         f"test ppl (IWAE-{args.test_samples}) | test NLL | test KL per token | active units | "
         "thesis ppl / NLL / KL (hidden 128) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    candidates: list[str] = []
     for arm in ARMS:
         chosen: list[tuple[int, Path]] = []
-        for seed, candidates in sorted(runs[arm].items()):
-            scored = [(loss, run) for run in candidates if (loss := best_valid(run)) is not None]
+        for seed, found in sorted(runs[arm].items()):
+            scored = [(loss, run) for run in found if (loss := best_valid(run)) is not None]
+            candidates += [
+                f"{run.name}: {'–' if (loss := best_valid(run)) is None else f'{loss:.4f}'}"
+                f"{'' if finished(run) else ' (cut)'}"
+                for run in found
+            ]
             if scored:
                 chosen.append((seed, min(scored)[1]))
+        ppl, nll, kl = THESIS[arm]
         if not chosen:
+            if runs[arm]:
+                lines.append(f"| {arm} | no validation yet | – | – | – | – | – | – | {ppl} / {nll} / {kl:.3f} |")
             continue
         valid = [score(run, "valid", args.valid_samples, run / f"eval-valid-iwae{args.valid_samples}.json")
                  for _, run in chosen]  # fmt: skip
         test = [score(run, "test", args.test_samples, run / f"eval-test-iwae{args.test_samples}.json")
                 for _, run in chosen]  # fmt: skip
         done = sum(finished(run) for _, run in chosen)
-        lams = ", ".join(run.name.partition("-lam")[2].rsplit("-s", 1)[0] for _, run in chosen)
-        ppl, nll, kl = THESIS[arm]
+        settings = [RUN_NAME.match(run.name) for _, run in chosen]
+        lams = ", ".join(
+            f"{m['lam']}" + (f" (α {m['alpha']})" if m["alpha"] else "") for m in settings if m is not None
+        )
         lines.append(
             f"| {arm} | {done} / {len(chosen) - done} | {lams} | {mean_std([v['nll'] for v in valid], 3)} | "
             f"{mean_std([t['ppl'] for t in test], 1)} | {mean_std([t['nll'] for t in test], 3)} | "
@@ -239,12 +265,16 @@ def cmd_table(args: argparse.Namespace) -> None:
         )
     for lm in args.lm_run:
         run = Path(lm)
+        if not (run / "config.yaml").is_file():
+            raise SystemExit(f"--lm-run {run} is not a run directory")
         lm_test = score(run, "test", None, run / "eval-test.json")
         lines.append(
             f"| sentence LSTM LM ({run.name}) | 1 | – | – | {lm_test['ppl']:.1f} | {lm_test['nll']:.3f} | – | – | "
             "– (its plain decoder: VIMCO 1, KL 0.000) |"
         )
     print("\n".join(lines))
+    print("\nevery candidate's best validation bound per token, as logged in training (task.valid_samples draws):")
+    print("\n".join(f"  {line}" for line in candidates))
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ seeds=${4:-0}
 arms=${5:-dreg-16-kl dreg-16-renyi vimco-16-kl vimco-16-renyi}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 INFOLM_OFFLINE=1
 runs=/tmp/thesis-table5-1
+mkdir -p "$out"
 jobs=$(( $(wc -w <<< "$arms") * $(wc -w <<< "$lams") * $(wc -w <<< "$seeds") ))
 nvidia-smi -L
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"

@@ -110,7 +110,10 @@ def test_table5_1_driver_arms_train_exactly_their_objective(arm: str, tmp_path: 
     assert (term["estimator"], term["samples"], term["lam"]) == (estimator, draws, 0.25)
     assert term.get("alpha", 3.0) == 3.0 and ("alpha" in term) == (name == "mi-renyi")
     assert config.run.seed == 1 and config.optim.lr == 0.001
-    assert config.run.dir == str(tmp_path / f"{arm}-lam0.25-s1")
+    alpha = "-a3" if name == "mi-renyi" else ""  # α is part of a Rényi run's name
+    assert config.run.dir == str(tmp_path / f"{arm}-lam0.25{alpha}-s1")
+    match = module.RUN_NAME.match(Path(config.run.dir).name)
+    assert (match["arm"], match["lam"], match["alpha"], match["seed"]) == (arm, "0.25", alpha[2:] or None, "1")
 
 
 def test_melis_converged_arms_have_equal_parameters_and_their_averagers() -> None:

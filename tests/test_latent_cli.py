@@ -254,13 +254,14 @@ def test_evaluate_samples_equals_the_task_setting(tmp_path: Path, capsys: pytest
     """``infolm evaluate --samples K`` scores as a run whose task draws K (same seeded draws)."""
     configured = sentence_latent_run(tmp_path / "a", 3)
     overridden = sentence_latent_run(tmp_path / "b", 7)
-    code, expected, err = run(capsys, "evaluate", str(configured), "--split", "test", "--json")
-    assert code == 0, err
-    code, got, err = run(capsys, "evaluate", str(overridden), "--split", "test", "--samples", "3", "--json")
-    assert code == 0, err
-    assert json.loads(got) == json.loads(expected) and json.loads(got)["samples"] == 3
-    code, seven, _ = run(capsys, "evaluate", str(overridden), "--split", "test", "--json")
-    assert code == 0 and json.loads(seven)["nll"] != json.loads(got)["nll"]
+    for split in ("valid", "test"):
+        code, expected, err = run(capsys, "evaluate", str(configured), "--split", split, "--json")
+        assert code == 0, err
+        code, got, err = run(capsys, "evaluate", str(overridden), "--split", split, "--samples", "3", "--json")
+        assert code == 0, err
+        assert json.loads(got) == json.loads(expected) and json.loads(got)["samples"] == 3
+        code, seven, _ = run(capsys, "evaluate", str(overridden), "--split", split, "--json")
+        assert code == 0 and json.loads(seven)["samples"] == 7 and json.loads(seven)["nll"] != json.loads(got)["nll"]
 
 
 @pytest.mark.parametrize(
