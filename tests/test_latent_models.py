@@ -200,3 +200,30 @@ def test_blocked_softmax_equals_one_block_with_gradients() -> None:
     torch.testing.assert_close(blocked, whole)
     torch.testing.assert_close(grad_blocked, grad_whole)
     torch.testing.assert_close(whole, torch.log_softmax(layer(hidden), -1).gather(1, targets[:, None])[:, 0])
+
+
+def test_tied_decoder_softmax_is_the_decoder_embedding(tmp_path) -> None:
+    """tie_weights: one (V, E) matrix for the decoder's input embedding and its softmax, saved once and
+    loaded back tied; a mismatched hidden size is refused with one line."""
+    from infolm.training.checkpoint import load_weights_file, save_weights
+
+    settings = {"latent": "gaussian", "latent_size": 5, "embedding": 8, "hidden": 8}
+    untied, tied = (
+        build("latent-sentence-lstm", settings),
+        build("latent-sentence-lstm", {**settings, "tie_weights": True}),
+    )
+    assert tied.softmax.weight is tied.decoder_embedding.weight
+    count = lambda model: sum(p.numel() for p in model.parameters())  # noqa: E731
+    assert count(untied) - count(tied) == 30 * 8
+    tokens, lengths = batch("latent-sentence-lstm")
+    z = tied.posterior(tokens, lengths).rsample((2,))
+    tied.log_likelihood(tokens, lengths, z).sum().backward()
+    assert tied.decoder_embedding.weight.grad is not None and tied.decoder_embedding.weight.grad.abs().sum() > 0
+    save_weights(tied, tmp_path / "model.safetensors")
+    loaded = build("latent-sentence-lstm", {**settings, "tie_weights": True})
+    torch.nn.init.zeros_(loaded.decoder_embedding.weight)
+    assert load_weights_file(loaded, tmp_path / "model.safetensors") == []
+    assert loaded.softmax.weight is loaded.decoder_embedding.weight
+    torch.testing.assert_close(loaded.decoder_embedding.weight, tied.decoder_embedding.weight)
+    with pytest.raises(InfolmError, match="tie_weights needs model.hidden == model.embedding, got 12 and 8"):
+        build("latent-sentence-lstm", {**settings, "hidden": 12, "tie_weights": True})

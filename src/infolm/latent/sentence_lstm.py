@@ -48,9 +48,16 @@ class SentenceLSTMConfig(LatentFamilyConfig):
     # > 0 runs the decoder step by step in training (slower, docs/results.md)
     dropout_state: float = 0.0
     shared_dropout_mask: bool = True  # one dropout mask for all latent draws of a sentence (Fig. 5.12)
+    # the decoder's softmax shares the decoder's input embedding (ch. 5 does not say; the thesis ties them
+    # for its word-level LMs, Sec. 2.A); needs hidden == embedding
+    tie_weights: bool = False
 
     def __post_init__(self) -> None:
         self.check_latents()
+        if self.tie_weights and self.hidden != self.embedding:
+            raise InfolmError(
+                f"model.tie_weights needs model.hidden == model.embedding, got {self.hidden} and {self.embedding}"
+            )
         for key in ("embedding", "hidden", "latent_embedding"):
             if getattr(self, key) < 1:
                 raise InfolmError(f"model.{key} must be at least 1, got {getattr(self, key)}")
@@ -81,6 +88,8 @@ class SentenceLSTMModel(LatentVariableModel):
         self.start = nn.Parameter(torch.zeros(config.embedding))  # the first decoder input
         self.decoder = nn.LSTM(config.embedding + latent_input, config.hidden, batch_first=True)
         self.softmax = nn.Linear(config.hidden, vocab_size)
+        if config.tie_weights:
+            self.softmax.weight = self.decoder_embedding.weight  # (V, E): one matrix, read and written
 
     def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:
         packed = pack_padded_sequence(
