@@ -7,7 +7,7 @@
 #   bash experiments/thesis_table5_1_gpu.sh OUT_DIR DEADLINE_S ["LAMS"] ["SEEDS"] ["ARMS"]
 set -uo pipefail
 out=${1:?OUT_DIR}
-deadline=${2:-420}
+deadline=${2:-300}
 lams=${3:-0.3}
 seeds=${4:-0}
 arms=${5:-dreg-16-kl dreg-16-renyi vimco-16-kl vimco-16-renyi}
