@@ -38,13 +38,14 @@ import json
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from infolm.report import format_mean_std as mean_std
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "configs/ptb/imm-table2-cpu.yaml"
@@ -291,14 +292,6 @@ def run_numbers(run: Path) -> dict[str, Any] | None:
         "kn_test_ppl": test.get("induced", {}).get("test", {}).get("kn_ppl"),
         "seconds_per_epoch": elapsed / max(len(evals), 1) if elapsed is not None and epochs else None,
     }
-
-
-def mean_std(values: list[float]) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
 def cmd_table(args: argparse.Namespace) -> None:

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infolm.report import format_mean_std
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "runs" / "melis-ptb-word"
 LOG = OUT / "log.jsonl"
@@ -223,18 +225,14 @@ def budget_table(done: dict[str, dict[str, Any]]) -> str:
 # report
 
 
+def _mean_std(values: list[float]) -> str:
+    return format_mean_std(values, digits=1, empty="—")
+
+
 def _evals(run: str) -> list[dict[str, Any]]:
     path = OUT / run / "metrics.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     return [r for r in records if r.get("split") == "valid"]
-
-
-def _mean_std(values: list[float]) -> str:
-    if not values:
-        return "—"
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
 def cell_table(done: dict[str, dict[str, Any]]) -> str:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any
+
+from infolm.report import format_mean_std as mean_std
 
 LATENT = {
     "smim": "sMIM (A-MIM)",
@@ -99,14 +100,6 @@ def finished(run: Path) -> bool:
         return False  # an epoch-limited run is finished only with its summary
     steps = [json.loads(line).get("step", 0) for line in metrics.read_text().splitlines() if line.strip()]
     return max(steps, default=0) >= config.train.max_steps
-
-
-def mean_std(values: list[float], digits: int = 2) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def main() -> None:

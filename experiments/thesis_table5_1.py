@@ -35,13 +35,14 @@ import math
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from infolm.report import format_mean_std as mean_std
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/ptb/thesis-table5-1-cpu.yaml"
@@ -206,14 +207,6 @@ def per_token_kl(found: dict[str, Any]) -> float:
     """Table 5.1's KL: the rate summed over sentences (``kl`` is its mean per sentence), divided by the
     scored tokens."""
     return float(found["kl"]) * float(found["sentences"]) / float(found["tokens"])
-
-
-def mean_std(values: list[float], digits: int) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def cmd_table(args: argparse.Namespace) -> None:

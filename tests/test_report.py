@@ -68,3 +68,11 @@ def test_report_table_and_csv(runs, tmp_path):
 
 def test_report_of_something_that_is_not_a_run(tmp_path):
     assert_one_line_error(run_cli("report", str(tmp_path), "--no-plot"), "is not an infolm run directory")
+
+
+def test_format_mean_std_cells() -> None:
+    from infolm.report import format_mean_std
+
+    assert format_mean_std([]) == "–" and format_mean_std([], empty="—") == "—"
+    assert format_mean_std([2.0]) == "2.00" and format_mean_std([2.0], digits=1) == "2.0"
+    assert format_mean_std([1.0, 2.0, 3.0]) == "2.00 ± 1.00"  # the sample standard deviation

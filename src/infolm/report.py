@@ -151,6 +151,16 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def format_mean_std(values: Sequence[float], digits: int = 2, empty: str = "–") -> str:
+    """A table cell: ``empty`` for no values, the value alone for one, else "mean ± sample std"."""
+    if not values:
+        return empty
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    mean, std = mean_std(values)
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
 def aggregate(runs: Sequence[RunReport]) -> list[GroupReport]:
     groups: dict[str, list[RunReport]] = {}
     for run in runs:
