@@ -228,11 +228,11 @@ def cmd_table(args: argparse.Namespace) -> None:
     for arm in ARMS:
         chosen: list[tuple[int, Path]] = []
         for seed, found in sorted(runs[arm].items()):
-            scored = [(loss, run) for run in found if (loss := best_valid(run)) is not None]
+            losses = {run: best_valid(run) for run in found}  # each run's log read once
+            scored = [(loss, run) for run, loss in losses.items() if loss is not None]
             candidates += [
-                f"{run.name}: {'–' if (loss := best_valid(run)) is None else f'{loss:.4f}'}"
-                f"{'' if finished(run) else ' (cut)'}"
-                for run in found
+                f"{run.name}: {'–' if loss is None else f'{loss:.4f}'}{'' if finished(run) else ' (cut)'}"
+                for run, loss in losses.items()
             ]
             if scored:
                 chosen.append((seed, min(scored)[1]))
