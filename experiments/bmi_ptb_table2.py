@@ -1,22 +1,30 @@
-"""BMI Table 2 (Cao & Xu) at a tiny CPU budget: AWD-LSTM-MoS baseline vs BMI-base vs BMI-full on PTB, several seeds.
+"""BMI Tables 1-2 (Cao & Xu): AWD-LSTM-MoS baseline vs BMI-base vs BMI-full on PTB, several seeds.
 
-For each config in ``configs/ptb/bmi-{baseline,base,full}.yaml`` and each seed: ``infolm train`` (the
-exact command is printed and stored), then, in this process, on the best (averaged) weights:
+Each arm trains from scratch with ``configs/ptb/bmi-{baseline,base,full}.yaml`` (the CPU-sized
+AWD-LSTM-MoS of those configs) under one of two budgets:
 
-* perplexity on the validation and test splits (the run's ``data.max_eval_tokens`` prefix of each;
-  valid is the trainer's final validation, test is computed here the same way);
-* reverse perplexity (Sec. 5.1): ``--gen-tokens`` tokens sampled from the model train a fresh small
-  LSTM (``REVERSE``), whose perplexity on the same real valid/test prefixes is reported;
-* the segment MI lower bound (Sec. 5.2) of the same generated tokens, and of as many real PTB
-  training tokens (the reference row), with a reduced estimator (``MI``).
+* ``converged`` (the default): the paper's protocol run to its end at CPU scale. SGD until the NT-ASGD
+  condition fires, then averaging; BMI-full switches to Phase I + IW-RAML at the same evaluation (both
+  watch the same validation losses with nonmono 5, Sec. 5). Validation every quarter epoch on the
+  first 20,000 validation tokens (the paper evaluates once an epoch over 1000 epochs; at our 8-minute
+  epochs that would put the switch 5 epochs after the plateau). The run ends by early stopping (8
+  evaluations, two epochs, without a better validation loss) or at 15 epochs. ``optim.average.latest``
+  is off: the switch is the NT-ASGD condition alone, as Merity et al. (the thesis's 80% rule is not BMI's).
+* ``smoke``: 100 steps, switch at step 50 (the earlier table; it shows that the code runs, nothing more).
 
-The NT-ASGD switch never fires in a run this short, so every config switches at ``--switch`` steps:
-tail averaging starts there (``optim.average.nonmono=0 optim.average.start=S``) and BMI-full's
-Phase II starts there (``objective.bmi.phase2_start=S``), the paper's "Phase II at the ASGD switch".
+``train`` runs the arms (resuming a run directory that was cut) and scores each finished run once,
+into ``OUT/ARM-sSEED.score.json``: valid and test perplexity of the evaluation (averaged) weights on
+the full splits (converged) or on the configs' 20,000-token prefixes (smoke); reverse perplexity
+(Sec. 5.1: a fresh LSTM trained on ``gen_tokens`` generated tokens, scored on real valid and test);
+the segment MI lower bound of the same generations and of as many real training tokens (Sec. 5.2,
+Table 2); the discriminator's accuracy and minibatch MINE bound over the last tenth of training (BMI
+arms). ``table`` rebuilds the tables, the time per step of each phase against the baseline's, and the
+validation curves after the switch (the paper's Fig. 2) from the run directories and score files::
 
-    OMP_NUM_THREADS=1 python experiments/bmi_ptb_table2.py --seeds 0 1 2 --out runs/bmi-ptb-table2
+    OMP_NUM_THREADS=1 python experiments/bmi_ptb_table2.py train --out runs/bmi-ptb-table2-converged --seeds 0
+    python experiments/bmi_ptb_table2.py table --out runs/bmi-ptb-table2-converged --png docs/img/bmi_ptb_table2.png
 
-Writes ``OUT/results.json`` (every number, the commands, wall times) and prints a summary table.
+Two ``train`` processes with different ``--seeds`` may share ``--out`` (each writes only its own files).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,38 +49,89 @@ from infolm.build import load_run
 from infolm.evaluation.mi import MIEstimatorConfig, estimate_segment_mi, generate_texts
 from infolm.evaluation.perplexity import evaluate_split, stream_nll
 from infolm.evaluation.reverse_ppl import ReversePPLConfig, train_fresh_lm
+from infolm.report import format_mean_std
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ("baseline", "base", "full")
-# the fresh LM of reverse perplexity: a small tied LSTM (the paper: an RNN-LM on 6M tokens)
-REVERSE = {"lm": {"name": "lstm", "emb": 64, "hidden": 64, "layers": 1, "dropout": 0.2}, "epochs": 2}
-# the MI estimator, reduced for CPU (the paper: 10 folds; our library default: 2000 critic steps)
-MI = {"folds": 5, "steps": 300, "eval_every": 25, "patience": 4}
+ARMS = ("baseline", "base", "full")
+# Table 2 of the paper (PTB, no fine-tuning): valid, test, reverse valid, reverse test, MI of generations
+PAPER = {
+    "baseline": (58.08, 55.97, 82.88, 77.57, 0.25),
+    "base": (57.16, 55.02, 80.64, 75.31, 0.47),
+    "full": (56.85, 54.65, 78.46, 73.73, 0.48),
+    "real": (None, None, None, None, 1.18),
+}
 
 
-def train_command(name: str, seed: int, out: Path, switch: int, steps: int) -> list[str]:
+@dataclass
+class Budget:
+    train: list[str]  # overrides of every arm
+    full_phase2: list[str]  # extra overrides of BMI-full
+    gen_tokens: int  # generated tokens per model (the paper: 6M)
+    reverse: dict[str, Any]  # ReversePPLConfig fields of the fresh LM
+    mi: dict[str, Any]  # MIEstimatorConfig fields
+    full_splits: bool  # score all of valid and test (else the configs' prefixes)
+    notes: list[str] = field(default_factory=list)
+
+
+BUDGETS = {
+    "converged": Budget(
+        train=[
+            "train.max_steps=null",
+            "train.epochs=15",
+            # a quarter epoch: 929,589 training tokens / (batch 12 x mean bptt 35) = 2,213 steps per epoch
+            "train.eval_every=550",
+            "train.early_stopping=8",
+            "optim.average.latest=0",
+        ],
+        full_phase2=[],  # Phase II at the NT-ASGD condition, the configs' own setting
+        gen_tokens=500_000,
+        # the fresh LM: a 1x128 tied LSTM, 3 passes (the paper: an RNN-LM on 6M tokens)
+        reverse={"lm": {"name": "lstm", "emb": 128, "hidden": 128, "layers": 1, "dropout": 0.2}, "epochs": 3},
+        mi={"steps": 1000},  # 10 folds as the paper; at most 1000 critic updates per fold (library: 2000)
+        full_splits=True,
+    ),
+    "smoke": Budget(
+        train=["train.max_steps=100", "train.eval_every=0", "optim.average.nonmono=0", "optim.average.start=50"],
+        full_phase2=["objective.bmi.phase2_start=50"],
+        gen_tokens=20_000,
+        reverse={"lm": {"name": "lstm", "emb": 64, "hidden": 64, "layers": 1, "dropout": 0.2}, "epochs": 2},
+        mi={"folds": 5, "steps": 300, "eval_every": 25, "patience": 4},
+        full_splits=False,
+    ),
+}
+
+
+def train_command(out: Path, arm: str, seed: int, budget: Budget, extra: list[str] | None = None) -> list[str]:
     command = [
         sys.executable,
         "-m",
         "infolm",
         "train",
-        f"configs/ptb/bmi-{name}.yaml",
-        f"run.dir={out / f'{name}-s{seed}'}",
+        f"configs/ptb/bmi-{arm}.yaml",
+        f"run.dir={out / f'{arm}-s{seed}'}",
         f"run.seed={seed}",
-        f"train.max_steps={steps}",
-        "train.eval_every=0",  # validate once, at the end (on the averaged weights)
         "train.progress=false",
-        "optim.average.nonmono=0",
-        f"optim.average.start={switch}",
+        *budget.train,
     ]
-    if name == "full":
-        command.append(f"objective.bmi.phase2_start={switch}")
-    return command
+    if arm == "full":
+        command += budget.full_phase2
+    return command + list(extra or [])
 
 
-def reverse_ppl_of(generated: torch.Tensor, corpus: Any, seed: int) -> dict[str, float]:
-    """Reverse perplexity from an already generated stream (``reverse_perplexity`` minus its sampling)."""
-    config = ReversePPLConfig(num_tokens=generated.numel(), seed=seed, **REVERSE)  # type: ignore[arg-type]
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Atomic: a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1))
+    os.replace(tmp, path)
+
+
+def reverse_ppl_of(generated: torch.Tensor, corpus: Any, seed: int, budget: Budget) -> dict[str, float]:
+    """Reverse perplexity from an already generated stream: a fresh LM trained on it, scored on real text."""
+    config = ReversePPLConfig(num_tokens=generated.numel(), seed=seed, **budget.reverse)
     eos = corpus.vocab.eos_id
     lm = train_fresh_lm(generated, len(corpus.vocab), eos, config)
     out = {}
@@ -81,112 +141,228 @@ def reverse_ppl_of(generated: torch.Tensor, corpus: Any, seed: int) -> dict[str,
     return out
 
 
-def evaluate_run(run_dir: Path, seed: int, gen_tokens: int) -> dict[str, Any]:
-    config, corpus, model = load_run(run_dir, "cpu")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    valid = [r for r in records if r.get("split") == "valid"][-1]  # the trainer's final validation
-    result: dict[str, Any] = {"valid": {"ppl": valid["ppl"], "nll": valid["loss"], "step": valid["step"]}}
-    result["test"] = evaluate_split(model, corpus, "test", config.data.eval_batch_size, config.data.bptt)
+def discriminator_stats(records: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Mean training-minibatch accuracy and MINE bound of D_theta over the last tenth of the steps."""
+    steps = [r for r in records if "bmi_acc" in r]
+    if not steps:
+        return None
+    last = steps[-1]["step"]
+    tail = [r for r in steps if r["step"] > 0.9 * last]
+    return {
+        "accuracy": statistics.mean(r["bmi_acc"] for r in tail),
+        "mine": statistics.mean(r["bmi_mine"] for r in tail),
+        "records": len(tail),
+    }
+
+
+def score_run(run_dir: Path, seed: int, budget: Budget) -> dict[str, Any]:
+    config, corpus, model = load_run(run_dir, "cpu", full_splits=budget.full_splits)
+    result: dict[str, Any] = {}
+    for split in ("valid", "test"):
+        result[split] = evaluate_split(model, corpus, split, config.data.eval_batch_size, config.data.bptt)
     generator = torch.Generator().manual_seed(seed)
     layout, eos = MIEstimatorConfig(), corpus.vocab.eos_id
     with torch.no_grad():  # 64 independent texts; MI pairs are taken within a text, never across two
-        texts = generate_texts(model, gen_tokens, eos, layout.seg_len, layout.gap, 64, generator)
-    generated = torch.cat([texts, torch.full((texts.size(0), 1), eos)], 1).reshape(-1)[:gen_tokens]
-    result["reverse"] = reverse_ppl_of(generated, corpus, seed)
-    mi = estimate_segment_mi(texts, len(corpus.vocab), MIEstimatorConfig(seed=seed, **MI))  # type: ignore[arg-type]
+        texts = generate_texts(model, budget.gen_tokens, eos, layout.seg_len, layout.gap, 64, generator)
+    generated = torch.cat([texts, torch.full((texts.size(0), 1), eos)], 1).reshape(-1)[: budget.gen_tokens]
+    result["reverse"] = reverse_ppl_of(generated, corpus, seed, budget)
+    mi = estimate_segment_mi(texts, len(corpus.vocab), MIEstimatorConfig(seed=seed, **budget.mi))
     result["mi"] = {"mean": mi.mean, "std": mi.std, "folds": mi.folds}
+    result["discriminator"] = discriminator_stats(read_jsonl(run_dir / "metrics.jsonl"))
     return result
 
 
-def real_reference(out: Path, seed: int, gen_tokens: int) -> dict[str, Any]:
-    """MI (and reverse perplexity) of ``gen_tokens`` real PTB training tokens, the 'Real Data' row."""
+def score_real(out: Path, seed: int, budget: Budget) -> dict[str, Any]:
+    """MI and reverse perplexity of ``gen_tokens`` real training tokens (the 'Real Data' row)."""
     _, corpus, _ = load_run(out / f"baseline-s{seed}", "cpu")
-    start = seed * gen_tokens  # a different slice per seed
-    real = corpus.stream("train")[start : start + gen_tokens]
-    mi = estimate_segment_mi(real, len(corpus.vocab), MIEstimatorConfig(seed=seed, **MI))  # type: ignore[arg-type]
-    return {"mi": {"mean": mi.mean, "std": mi.std, "folds": mi.folds}, "reverse": reverse_ppl_of(real, corpus, seed)}
+    start = seed * budget.gen_tokens % max(1, corpus.stream("train").numel() - budget.gen_tokens)
+    real = corpus.stream("train")[start : start + budget.gen_tokens]  # a different slice per seed
+    mi = estimate_segment_mi(real, len(corpus.vocab), MIEstimatorConfig(seed=seed, **budget.mi))
+    return {
+        "mi": {"mean": mi.mean, "std": mi.std, "folds": mi.folds},
+        "reverse": reverse_ppl_of(real, corpus, seed, budget),
+    }
 
 
-def summarize(results: dict[str, Any]) -> str:
-    def cell(values: list[float], digits: int = 1) -> str:
-        if len(values) == 1:
-            return f"{values[0]:.{digits}f}"
-        return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-    rows = ["| model | valid PPL | test PPL | reverse PPL valid | reverse PPL test | MI of generations (nats) |"]
-    rows.append("| --- | --- | --- | --- | --- | --- |")
-    for name in CONFIGS:
-        runs = [r for r in results["runs"] if r["config"] == name]
-        if not runs:
-            continue
-        rows.append(
-            f"| {name} | {cell([r['valid']['ppl'] for r in runs])} | {cell([r['test']['ppl'] for r in runs])} | "
-            f"{cell([r['reverse']['valid_ppl'] for r in runs])} | {cell([r['reverse']['test_ppl'] for r in runs])} | "
-            f"{cell([r['mi']['mean'] for r in runs], 3)} |"
-        )
-    real = results.get("real", [])
-    if real:
-        rows.append(
-            f"| real PTB train tokens | – | – | {cell([r['reverse']['valid_ppl'] for r in real])} | "
-            f"{cell([r['reverse']['test_ppl'] for r in real])} | {cell([r['mi']['mean'] for r in real], 3)} |"
-        )
-    return "\n".join(rows)
+def commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps of every run")
-    parser.add_argument("--switch", type=int, default=50, help="step of the ASGD switch and of BMI Phase II")
-    parser.add_argument("--gen-tokens", type=int, default=20000, help="generated tokens per model")
-    parser.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2"))
-    args = parser.parse_args()
+def cmd_train(args: argparse.Namespace) -> None:
+    budget = BUDGETS[args.budget]
     torch.set_num_threads(1)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "results.json"
-    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": [], "real": []}
-    results["settings"] = {
-        "steps": args.steps,
-        "switch": args.switch,
-        "gen_tokens": args.gen_tokens,
-        "reverse": REVERSE,
-        "mi": MI,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), torch {torch.__version__}",
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip(),
-    }
-    done = {(r["config"], r["seed"]) for r in results["runs"]}
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
     for seed in args.seeds:
-        for name in args.configs:
-            if (name, seed) in done:
+        for arm in args.arms:
+            score_path = args.out / f"{arm}-s{seed}.score.json"
+            if score_path.exists():
                 continue
-            command = train_command(name, seed, args.out, args.switch, args.steps)
+            command = train_command(args.out, arm, seed, budget, args.override)
             shown = "OMP_NUM_THREADS=1 infolm " + shlex.join(command[3:])
             print(shown, flush=True)
             tick = time.perf_counter()
             subprocess.run(command, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-            train_s = time.perf_counter() - tick
+            train_s = time.perf_counter() - tick  # of this invocation (a resumed run: its last part)
             tick = time.perf_counter()
-            record = evaluate_run(args.out / f"{name}-s{seed}", seed, args.gen_tokens)
-            record.update(config=name, seed=seed, command=shown, train_s=train_s, eval_s=time.perf_counter() - tick)
-            results["runs"].append(record)
-            path.write_text(json.dumps(results, indent=1))
+            record = score_run(args.out / f"{arm}-s{seed}", seed, budget)
+            record.update(
+                arm=arm, seed=seed, budget=args.budget, command=shown, train_s_this_call=train_s,
+                score_s=time.perf_counter() - tick, commit=commit(), machine=machine,
+                reverse_lm=budget.reverse, mi_estimator=budget.mi, gen_tokens=budget.gen_tokens,
+            )  # fmt: skip
+            write_json(score_path, record)
             print(
-                f"  {name} s{seed}: valid {record['valid']['ppl']:.1f} test {record['test']['ppl']:.1f} "
+                f"  {arm} s{seed}: valid {record['valid']['ppl']:.2f} test {record['test']['ppl']:.2f} "
                 f"reverse {record['reverse']['valid_ppl']:.1f}/{record['reverse']['test_ppl']:.1f} "
-                f"MI {record['mi']['mean']:.3f} (train {train_s:.0f}s, eval {record['eval_s']:.0f}s)",
+                f"MI {record['mi']['mean']:.3f} (score {record['score_s']:.0f} s)",
                 flush=True,
             )
-        if seed not in {r["seed"] for r in results["real"]} and "baseline" in args.configs:
-            real = real_reference(args.out, seed, args.gen_tokens)
-            real["seed"] = seed
-            results["real"].append(real)
-            path.write_text(json.dumps(results, indent=1))
+        real_path = args.out / f"real-s{seed}.score.json"
+        if not real_path.exists() and (args.out / f"baseline-s{seed}" / "config.yaml").exists():
+            tick = time.perf_counter()
+            real = score_real(args.out, seed, budget)
+            real.update(seed=seed, score_s=time.perf_counter() - tick, commit=commit())
+            write_json(real_path, real)
             print(f"  real s{seed}: MI {real['mi']['mean']:.3f} reverse {real['reverse']}", flush=True)
-    print(summarize(results))
+
+
+# --- the table, from run directories and score files ---
+
+
+def seconds_per_step(records: list[dict[str, Any]], phase: float | None) -> float | None:
+    """Median training seconds per step between consecutive step records (of one BMI phase if given).
+
+    The median leaves out the intervals that hold an evaluation or a checkpoint."""
+    steps = [r for r in records if "tokens_per_s" in r and (phase is None or r.get("bmi_phase") == phase)]
+    rates = [
+        (b["elapsed"] - a["elapsed"]) / (b["step"] - a["step"])
+        for a, b in zip(steps, steps[1:], strict=False)
+        if b["step"] > a["step"] and b["elapsed"] > a["elapsed"]
+    ]
+    return statistics.median(rates) if rates else None
+
+
+def switch_step(records: list[dict[str, Any]]) -> int | None:
+    starts = [int(r["started_at"]) for r in records if r.get("split") == "valid" and r.get("started_at", -1) >= 0]
+    return starts[0] if starts else None
+
+
+def cell(values: list[float], digits: int = 2) -> str:
+    return format_mean_std(values, digits) if values else "–"
+
+
+def paper(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    scores = {p.name[: -len(".score.json")]: json.loads(p.read_text()) for p in sorted(args.out.glob("*.score.json"))}
+    runs = {
+        p.name: read_jsonl(p / "metrics.jsonl") for p in sorted(args.out.iterdir()) if (p / "metrics.jsonl").exists()
+    }
+    lines = [
+        "| model | seeds | valid PPL | test PPL | reverse PPL valid | reverse PPL test | MI of generations (nats) "
+        "| D accuracy / MINE (train, last 10%) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for arm in (*ARMS, "real"):
+        found = [s for name, s in scores.items() if name.rsplit("-s", 1)[0] == arm]
+        if found:
+            disc = [s["discriminator"] for s in found if s.get("discriminator")]
+            lines.append(
+                f"| {arm} (ours) | {len(found)} | {cell([s['valid']['ppl'] for s in found if 'valid' in s])} "
+                f"| {cell([s['test']['ppl'] for s in found if 'test' in s])} "
+                f"| {cell([s['reverse']['valid_ppl'] for s in found], 1)} "
+                f"| {cell([s['reverse']['test_ppl'] for s in found], 1)} | {cell([s['mi']['mean'] for s in found], 3)} "
+                f"| {cell([d['accuracy'] for d in disc], 3)} / {cell([d['mine'] for d in disc], 3)} |"
+            )
+        p = PAPER[arm]
+        lines.append(
+            f"| {arm} (paper) | – | {paper(p[0])} | {paper(p[1])} | {paper(p[2])} | {paper(p[3])} | {paper(p[4])} | – |"
+        )
+    print("\n".join(lines))
+    print()
+    print("| run | steps | epochs | switch step | best valid (prefix) | s/step Phase I (or all) | s/step Phase II |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    baseline_rate = {
+        name.rsplit("-s", 1)[1]: seconds_per_step(records, None)
+        for name, records in runs.items()
+        if name.rsplit("-s", 1)[0] == "baseline"
+    }
+    for name, records in runs.items():
+        arm, seed = name.rsplit("-s", 1)
+        steps = [r for r in records if "tokens_per_s" in r]
+        valid = [r for r in records if r.get("split") == "valid"]
+        rate1 = seconds_per_step(records, None if arm == "baseline" else 1.0)
+        rate2 = seconds_per_step(records, 2.0)
+        base = baseline_rate.get(seed)
+
+        def show(rate: float | None, base: float | None = base) -> str:
+            if rate is None:
+                return "–"
+            return f"{rate:.3f}" + (f" ({rate / base:.2f}x)" if base else "")
+
+        done = " (scored)" if (args.out / f"{name}.score.json").exists() else " (in flight or cut)"
+        best = min((r["ppl"] for r in valid), default=float("nan"))
+        last = steps[-1] if steps else {"step": 0, "epoch": 0}
+        print(
+            f"| {name}{done} | {last['step']} | {last['epoch']} | {switch_step(records) or '–'} | {best:.2f} "
+            f"| {show(rate1)} | {show(rate2)} |"
+        )
+    if args.png:
+        plot_curves(runs, args.png)
+
+
+def plot_curves(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    colors = {"baseline": "tab:gray", "base": "tab:blue", "full": "tab:red"}
+    for name, records in runs.items():
+        arm = name.rsplit("-s", 1)[0]
+        valid = [r for r in records if r.get("split") == "valid"]
+        if arm not in colors or not valid:
+            continue
+        switch = switch_step(records)
+        style = {"color": colors[arm], "lw": 1, "marker": ".", "ms": 3}
+        axes[0].plot([r["step"] for r in valid], [r["ppl"] for r in valid], label=name, **style)
+        if switch is not None:
+            after = [r for r in valid if r["step"] >= switch]
+            axes[1].plot([r["step"] - switch for r in after], [r["ppl"] for r in after], **style)
+    axes[0].set(xlabel="step", ylabel="valid perplexity (20k-token prefix)", yscale="log", title="whole run")
+    axes[1].set(xlabel="steps after the NT-ASGD switch", ylabel="valid perplexity", title="after the switch (Fig. 2)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train and score the arms (resumes cut runs, skips scored ones)")
+    train.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2-converged"))
+    train.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    train.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    train.add_argument("--budget", choices=sorted(BUDGETS), default="converged")
+    train.add_argument("--override", nargs="*", default=[], help="extra KEY=VALUE overrides of every run (last wins)")
+    table = sub.add_parser("table", help="the tables and curves from the run directories and score files")
+    table.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2-converged"))
+    table.add_argument("--png", type=Path, default=None)
+    args = parser.parse_args()
+    if args.command == "train":
+        cmd_train(args)
+    else:
+        if not args.out.is_dir():
+            sys.exit(f"error: {args.out} is not a directory")
+        cmd_table(args)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,9 +16,9 @@ from infolm.config import load_config
 from tests.conftest import ROOT
 
 
-def driver():
-    path = ROOT / "experiments" / "imm_ptb_table2_converged.py"
-    spec = importlib.util.spec_from_file_location("imm_ptb_table2_converged", path)
+def experiment(name: str) -> ModuleType:
+    """The driver ``experiments/NAME.py`` as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
@@ -42,7 +43,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("arm", list(EXPECTED))
 def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) -> None:
-    module = driver()
+    module = experiment("imm_ptb_table2_converged")
     assert set(module.ARMS) | {"baseline"} == set(EXPECTED)
     command = module.train_command(tmp_path, arm, 0, [])
     config_path, overrides = command[4], [word for word in command[5:] if word != "--json"]
@@ -77,15 +78,6 @@ def test_realizations_script_arms_train_exactly_their_terms() -> None:
         assert active == expected.get(arm, {"mle", "imm"}), arm
 
 
-def table5_1_driver():
-    path = ROOT / "experiments" / "thesis_table5_1.py"
-    spec = importlib.util.spec_from_file_location("thesis_table5_1", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # arm -> (latents, objective, estimator, draws): Table 5.1's columns
 TABLE5_1 = {
     "dreg-1": ("gaussian", "mi-kl", "dreg", 1),
@@ -99,7 +91,7 @@ TABLE5_1 = {
 
 @pytest.mark.parametrize("arm", list(TABLE5_1))
 def test_table5_1_driver_arms_train_exactly_their_objective(arm: str, tmp_path: Path) -> None:
-    module = table5_1_driver()
+    module = experiment("thesis_table5_1")
     assert set(module.ARMS) == set(TABLE5_1) == set(module.THESIS)
     command = module.train_command(tmp_path, arm, 0.25, 3.0, 1, ["optim.lr=0.001"])
     config = load_config(ROOT / command[4], [word for word in command[5:] if word != "--json"])
@@ -121,11 +113,7 @@ def test_melis_converged_arms_have_equal_parameters_and_their_averagers() -> Non
     in the averager; every job of the driver names a config that loads."""
     from infolm.build import build_model
 
-    path = ROOT / "experiments" / "melis_ptb_word.py"
-    spec = importlib.util.spec_from_file_location("melis_ptb_word", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = experiment("melis_ptb_word")
     configs = {arm: load_config(ROOT / config, []) for arm, config in module.CONVERGED.items()}
     counts = {arm: sum(p.numel() for p in build_model(c, 10000).parameters()) for arm, c in configs.items()}
     assert max(counts.values()) / min(counts.values()) < 1.002, counts
@@ -144,3 +132,50 @@ def test_melis_converged_arms_have_equal_parameters_and_their_averagers() -> Non
         "train/converged/lstm-s1", "test/converged/lstm-s1", "extras/converged/lstm-s1",
         "train/converged/lstm-tail-s1", "test/converged/lstm-tail-s1",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("budget", ["converged", "smoke"])
+def test_bmi_driver_arms_differ_only_in_the_regularizer(budget: str, tmp_path: Path) -> None:
+    """Baseline, BMI-base and BMI-full share model, data, optimizer and schedule; under the converged
+    budget the averaging switch and BMI-full's Phase II both wait for the NT-ASGD condition alone."""
+    module = experiment("bmi_ptb_table2")
+    configs = {}
+    for arm in module.ARMS:
+        command = module.train_command(tmp_path, arm, 2, module.BUDGETS[budget], ["optim.lr=10"])
+        configs[arm] = load_config(ROOT / command[4], command[5:])
+    assert set(configs["baseline"].objective) == {"mle", "ar", "tar"}
+    assert set(configs["base"].objective) == set(configs["full"].objective) == {"mle", "ar", "tar", "bmi"}
+    assert configs["base"].objective["bmi"]["variant"] == "base"
+    assert configs["full"].objective["bmi"]["variant"] == "full"
+    for config in configs.values():
+        assert (config.model, config.data, config.train, config.optim) == (
+            configs["baseline"].model, configs["baseline"].data, configs["baseline"].train, configs["baseline"].optim,
+        )  # fmt: skip
+        assert config.optim.lr == 10 and config.run.seed == 2
+    average, phase2 = configs["baseline"].optim.average, configs["full"].objective["bmi"]["phase2_start"]
+    if budget == "converged":
+        assert configs["baseline"].train.max_steps is None and configs["baseline"].train.early_stopping == 8
+        assert (average["nonmono"], average["latest"], phase2) == (5, 0, None)
+        assert configs["full"].objective["bmi"]["nonmono"] == average["nonmono"]
+    else:
+        assert (average["nonmono"], average["start"], phase2) == (0, 50, 50)
+
+
+def test_bmi_driver_reads_time_per_step_and_the_discriminator_from_the_log() -> None:
+    module = experiment("bmi_ptb_table2")
+    records = [
+        {"step": 10, "elapsed": 1.0, "tokens_per_s": 1, "bmi_phase": 1.0, "bmi_acc": 0.5, "bmi_mine": 0.0},
+        {"step": 20, "elapsed": 2.0, "tokens_per_s": 1, "bmi_phase": 1.0, "bmi_acc": 0.6, "bmi_mine": 0.1},
+        {"step": 20, "split": "valid", "loss": 5.0, "ppl": 148.0, "started_at": 21.0},
+        {"step": 30, "elapsed": 9.0, "tokens_per_s": 1, "bmi_phase": 1.0, "bmi_acc": 0.7, "bmi_mine": 0.2},
+        {"step": 40, "elapsed": 10.0, "tokens_per_s": 1, "bmi_phase": 1.0, "bmi_acc": 0.8, "bmi_mine": 0.3},
+        {"step": 50, "elapsed": 13.0, "tokens_per_s": 1, "bmi_phase": 2.0, "bmi_acc": 0.9, "bmi_mine": 0.4},
+        {"step": 60, "elapsed": 16.0, "tokens_per_s": 1, "bmi_phase": 2.0, "bmi_acc": 1.0, "bmi_mine": 0.5},
+    ]
+    # the interval to step 30 holds an evaluation: the median of 0.1, 0.7, 0.1 leaves it out
+    assert module.seconds_per_step(records, 1.0) == pytest.approx(0.1)
+    assert module.seconds_per_step(records, 2.0) == pytest.approx(0.3)
+    assert module.switch_step(records) == 21
+    stats = module.discriminator_stats(records)  # steps after 0.9 x 60 = 54: the last record
+    assert stats == {"accuracy": 1.0, "mine": 0.5, "records": 1}
+    assert module.discriminator_stats([r for r in records if "bmi_acc" not in r]) is None
