@@ -280,3 +280,39 @@ def test_init_from_continues_the_discriminator_and_the_phase(tmp_path: Path) -> 
     weights = [k for k in saved if k.startswith("terms.bmi.discriminator.")]
     # one Adam step (lr 2e-4) from the base run's discriminator, not a fresh initialization
     assert weights and max(float((saved[k] - continued[k]).abs().max()) for k in weights) < 1e-3
+
+
+def test_conditional_log_likelihood_scores_only_y_with_the_same_values_and_gradients() -> None:
+    """A model with hidden_states and output_log_probs (the MoS) gets its head over Y's positions only:
+    the numbers and the gradients of the full pass over X and Y, ragged lengths included."""
+    corpus = topic_corpus()
+    torch.manual_seed(0)
+    model = MODELS.build("awd-lstm-mos", {"emb": 8, "hidden": 12, "last_hidden": 8, "n_experts": 3}, len(corpus.vocab))
+    model.eval()
+    x = [corpus.sentence("train", i) for i in (0, 5, 9, 13)]
+    y = [corpus.sentence("train", i) for i in (1, 2, 30, 14)]
+    y[3] = y[3][:1]  # a one-token Y
+    pad = lambda seqs: torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True)  # noqa: E731
+    x_len, y_len = torch.tensor([len(s) for s in x]), torch.tensor([len(s) for s in y])
+
+    class FullPassOnly(torch.nn.Module):  # the same weights, without the partial-pass methods
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, tokens: torch.Tensor, state: object) -> object:
+            return self.inner(tokens, state)
+
+        def init_state(self, batch_size: int, device: object) -> object:
+            return self.inner.init_state(batch_size, device)
+
+    fast = conditional_log_likelihood(model, pad(x), x_len, pad(y), y_len)
+    grads_fast = torch.autograd.grad(fast.sum(), list(model.parameters()), allow_unused=True)
+    full = conditional_log_likelihood(FullPassOnly(model), pad(x), x_len, pad(y), y_len)  # type: ignore[arg-type]
+    grads_full = torch.autograd.grad(full.sum(), list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads_fast, grads_full, strict=True):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

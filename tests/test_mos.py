@@ -20,7 +20,7 @@ def tiny(**overrides: object) -> AWDLSTMMoS:
     return model
 
 
-def test_mixture_log_probs_sum_to_one_train_and_eval() -> None:
+def test_output_log_probs_sum_to_one_train_and_eval() -> None:
     torch.manual_seed(0)
     model = tiny()
     tokens = torch.randint(V, (3, 7))
@@ -42,7 +42,7 @@ def test_mixture_equals_explicit_sum_of_softmaxes() -> None:
     latent = torch.tanh(model.latent(g)).view(2, 4, 3, 8)
     experts = F.softmax(latent @ model.encoder.weight.T + model.decoder.bias, -1)  # (B, T, K, V)
     expected = (prior.unsqueeze(-1) * experts).sum(2).log()
-    torch.testing.assert_close(model.mixture_log_probs(g), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.output_log_probs(g), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_single_expert_is_a_plain_softmax() -> None:
@@ -50,7 +50,7 @@ def test_single_expert_is_a_plain_softmax() -> None:
     model = tiny(n_experts=1).eval()
     g = torch.randn(2, 5, 10)
     plain = F.log_softmax(model.decoder(torch.tanh(model.latent(g))), -1)
-    torch.testing.assert_close(model.mixture_log_probs(g), plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.output_log_probs(g), plain, atol=1e-5, rtol=1e-5)
 
 
 def test_state_carry_over_equals_full_pass() -> None:

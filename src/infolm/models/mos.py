@@ -104,7 +104,7 @@ class AWDLSTMMoS(LanguageModel):
 
     def forward(self, tokens: Tensor, state: State = None) -> LMOutput:
         output = self.hidden_states(tokens, state)
-        output.logits = self.mixture_log_probs(output.hiddens[-1])  # (B, T, V) log-probabilities
+        output.logits = self.output_log_probs(output.hiddens[-1])  # (B, T, V) log-probabilities
         return output
 
     def hidden_states(self, tokens: Tensor, state: State = None) -> LMOutput:
@@ -128,8 +128,11 @@ class AWDLSTMMoS(LanguageModel):
         empty = x.new_zeros(*tokens.shape, 0)
         return LMOutput(logits=empty, hiddens=hiddens, state=new_state, raw_hiddens=raw_hiddens)
 
-    def mixture_log_probs(self, g: Tensor) -> Tensor:
-        """Log of the mixture of softmaxes (Yang et al. 2017, Eq. 5) from the last layer's output g: (B, T, H)."""
+    def output_log_probs(self, g: Tensor) -> Tensor:
+        """Log of the mixture of softmaxes (Yang et al. 2017, Eq. 5) from the last layer's output g: (B, T, H).
+
+        The output layer alone: with ``hidden_states``, a caller scores only the positions it needs (BMI's
+        IW-RAML: Y, not X). Locked dropout on the experts' latents shares one mask along T within a row."""
         c = self.config
         batch_size, steps, _ = g.shape
         log_prior = F.log_softmax(self.prior(g), dim=-1)  # (B, T, K)

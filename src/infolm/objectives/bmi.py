@@ -91,10 +91,25 @@ def importance_weights(reward: Tensor, log_proposal: Tensor, beta: float = 1.0) 
 def conditional_log_likelihood(
     model: LanguageModel, x: Tensor, x_len: Tensor, y: Tensor, y_len: Tensor, pad_id: int = 0
 ) -> Tensor:
-    """log Q(Y | X) summed over Y's tokens, reading X then Y from the initial state. x, y padded; returns (B,)."""
+    """log Q(Y | X) summed over Y's tokens, reading X then Y from the initial state. x, y padded; returns (B,).
+
+    A model that offers ``hidden_states`` (the recurrent pass alone) and ``output_log_probs`` (its output
+    layer alone, (B, T, H) -> (B, T, V) log-probabilities) gets its output layer over Y's positions only:
+    the same numbers (tested), without the softmax over X and the padding (the MoS head costs K x V a
+    position)."""
     tokens, total = concat_padded(x, x_len, y, y_len, pad_id)  # (B, Lx+Ly)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    output = model(inputs, model.init_state(inputs.size(0), inputs.device))
+    state = model.init_state(inputs.size(0), inputs.device)
+    head, recurrent = getattr(model, "output_log_probs", None), getattr(model, "hidden_states", None)
+    if callable(head) and callable(recurrent):
+        last = recurrent(inputs, state).hiddens[-1]  # (B, L-1, H): the output layer's input
+        span = torch.arange(y.size(1), device=y.device)[None, :]  # (1, Ly)
+        # y_j is the target of input position x_len - 1 + j (the model has read X and y_<j)
+        where = (x_len[:, None] - 1 + span).clamp(max=last.size(1) - 1)  # (B, Ly)
+        at_y = last.gather(1, where[..., None].expand(-1, -1, last.size(-1)))  # (B, Ly, H), right-padded rows
+        log_probs = head(at_y).float().gather(-1, y.unsqueeze(-1)).squeeze(-1)  # (B, Ly)
+        return (log_probs * (span < y_len[:, None])).sum(dim=1)
+    output = model(inputs, state)
     log_probs = F.log_softmax(output.logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     position = torch.arange(1, tokens.size(1), device=tokens.device)[None, :]  # position of each target
     in_y = (position >= x_len[:, None]) & (position < total[:, None])  # (B, L-1)
