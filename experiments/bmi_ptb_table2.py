@@ -5,26 +5,32 @@ AWD-LSTM-MoS of those configs) under one of two budgets:
 
 * ``converged`` (the default): the paper's protocol run to its end at CPU scale. SGD until the NT-ASGD
   condition fires, then averaging; BMI-full switches to Phase I + IW-RAML at the same evaluation (both
-  watch the same validation losses with nonmono 5, Sec. 5). Validation every quarter epoch on the
-  first 20,000 validation tokens (the paper evaluates once an epoch over 1000 epochs; at our 8-minute
-  epochs that would put the switch 5 epochs after the plateau). The run ends by early stopping (8
-  evaluations, two epochs, without a better validation loss) or at 15 epochs. ``optim.average.latest``
-  is off: the switch is the NT-ASGD condition alone, as Merity et al. (the thesis's 80% rule is not BMI's).
+  watch the same validation losses with nonmono 5, Sec. 5). Validation every 550 steps, about a quarter
+  epoch, on the first 20,000 validation tokens (the paper validates once an epoch over 1000 epochs; at
+  our 12-minute epochs that would put the switch 6 epochs after the best loss). The run ends by early
+  stopping or at 15 epochs. The trigger fires up to 6 validations after the best loss, so early
+  stopping waits for 14 validations without a better loss: a run always has 8 validations (about two
+  epochs) after the switch. ``optim.average.latest`` is off: the switch is the NT-ASGD condition
+  alone, as Merity et al. (the thesis's 80% rule is not BMI's).
 * ``smoke``: 100 steps, switch at step 50 (the earlier table; it shows that the code runs, nothing more).
 
 ``train`` runs the arms (resuming a run directory that was cut) and scores each finished run once,
-into ``OUT/ARM-sSEED.score.json``: valid and test perplexity of the evaluation (averaged) weights on
-the full splits (converged) or on the configs' 20,000-token prefixes (smoke); reverse perplexity
-(Sec. 5.1: a fresh LSTM trained on ``gen_tokens`` generated tokens, scored on real valid and test);
-the segment MI lower bound of the same generations and of as many real training tokens (Sec. 5.2,
-Table 2); the discriminator's accuracy and minibatch MINE bound over the last tenth of training (BMI
-arms). ``table`` rebuilds the tables, the time per step of each phase against the baseline's, and the
-validation curves after the switch (the paper's Fig. 2) from the run directories and score files::
+into ``OUT/ARM-sSEED.score.json``: valid and test perplexity of the evaluation weights (``best/``: the
+averaged weights once they beat every earlier validation) on the full splits (converged) or on the
+configs' 20,000-token prefixes (smoke); reverse perplexity (Sec. 5.1: a fresh LSTM trained on
+``gen_tokens`` generated tokens, scored on real valid and test); the segment MI lower bound of the
+same generations and of as many real training tokens (Sec. 5.2, Table 2); the discriminator's
+accuracy and minibatch MINE bound over the last tenth of training (BMI arms); the step of the
+averaging switch and of BMI-full's Phase II (the table flags a run whose switch never came or where
+the two differ). ``table`` rebuilds the tables, the time per step of each phase against the
+baseline's, and the validation curves after the switch (the paper's Fig. 2) from the run directories
+and score files::
 
-    OMP_NUM_THREADS=1 python experiments/bmi_ptb_table2.py train --out runs/bmi-ptb-table2-converged --seeds 0
-    python experiments/bmi_ptb_table2.py table --out runs/bmi-ptb-table2-converged --png docs/img/bmi_ptb_table2.png
+    OMP_NUM_THREADS=1 python experiments/bmi_ptb_table2.py train --seeds 0   # OUT: runs/bmi-ptb-table2-converged
+    python experiments/bmi_ptb_table2.py table --png docs/img/bmi_ptb_table2.png
 
-Two ``train`` processes with different ``--seeds`` may share ``--out`` (each writes only its own files).
+``--out`` defaults to ``runs/bmi-ptb-table2-BUDGET``; a folder holds one budget (``train`` refuses to mix
+them). Two ``train`` processes with different ``--seeds`` may share it (each writes only its own files).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from infolm.report import format_mean_std
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = ("baseline", "base", "full")
+LOG_EVERY = 20  # steps between step records in the converged budget (the configs: 4); the smoke budget keeps 4
 # Table 2 of the paper (PTB, no fine-tuning): valid, test, reverse valid, reverse test, MI of generations
 PAPER = {
     "baseline": (58.08, 55.97, 82.88, 77.57, 0.25),
@@ -78,10 +85,14 @@ BUDGETS = {
         train=[
             "train.max_steps=null",
             "train.epochs=15",
-            # a quarter epoch: 929,589 training tokens / (batch 12 x mean bptt 35) = 2,213 steps per epoch
+            # about a quarter epoch: 929,589 training tokens / (batch 12 x ~33.6, the mean of the variable
+            # bptt after truncation) = ~2,300 steps per epoch
             "train.eval_every=550",
-            "train.early_stopping=8",
+            # the NT-ASGD trigger fires up to nonmono + 1 = 6 validations after the best loss, and the count
+            # of validations without a better loss is not reset there: 14 leaves 8 after the switch
+            "train.early_stopping=14",
             "optim.average.latest=0",
+            f"train.log_every={LOG_EVERY}",
         ],
         full_phase2=[],  # Phase II at the NT-ASGD condition, the configs' own setting
         gen_tokens=500_000,
@@ -168,7 +179,9 @@ def score_run(run_dir: Path, seed: int, budget: Budget) -> dict[str, Any]:
     result["reverse"] = reverse_ppl_of(generated, corpus, seed, budget)
     mi = estimate_segment_mi(texts, len(corpus.vocab), MIEstimatorConfig(seed=seed, **budget.mi))
     result["mi"] = {"mean": mi.mean, "std": mi.std, "folds": mi.folds}
-    result["discriminator"] = discriminator_stats(read_jsonl(run_dir / "metrics.jsonl"))
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    result["discriminator"] = discriminator_stats(records)
+    result["switch_step"], result["phase2_step"] = switch_step(records), phase2_step(records)
     return result
 
 
@@ -190,8 +203,19 @@ def commit() -> str:
     ).stdout.strip()
 
 
+def budget_of_folder(out: Path) -> str | None:
+    """The budget of the score files already in ``out`` (None: none yet)."""
+    for path in sorted(out.glob("*.score.json")):
+        found = json.loads(path.read_text()).get("budget")
+        if found:
+            return str(found)
+    return None
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     budget = BUDGETS[args.budget]
+    if args.out.is_dir() and budget_of_folder(args.out) not in (None, args.budget):
+        sys.exit(f"error: {args.out} holds runs of the {budget_of_folder(args.out)} budget, not {args.budget}")
     torch.set_num_threads(1)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -222,10 +246,10 @@ def cmd_train(args: argparse.Namespace) -> None:
                 flush=True,
             )
         real_path = args.out / f"real-s{seed}.score.json"
-        if not real_path.exists() and (args.out / f"baseline-s{seed}" / "config.yaml").exists():
+        if not real_path.exists() and (args.out / f"baseline-s{seed}.score.json").exists():
             tick = time.perf_counter()
             real = score_real(args.out, seed, budget)
-            real.update(seed=seed, score_s=time.perf_counter() - tick, commit=commit())
+            real.update(seed=seed, budget=args.budget, score_s=time.perf_counter() - tick, commit=commit())
             write_json(real_path, real)
             print(f"  real s{seed}: MI {real['mi']['mean']:.3f} reverse {real['reverse']}", flush=True)
 
@@ -247,8 +271,21 @@ def seconds_per_step(records: list[dict[str, Any]], phase: float | None) -> floa
 
 
 def switch_step(records: list[dict[str, Any]]) -> int | None:
+    """The first averaged step (the NT-ASGD switch), from the validation records; None: never switched."""
     starts = [int(r["started_at"]) for r in records if r.get("split") == "valid" and r.get("started_at", -1) >= 0]
     return starts[0] if starts else None
+
+
+def phase2_step(records: list[dict[str, Any]]) -> int | None:
+    """The first logged step of BMI Phase II (a step record's step: the switch happened before it)."""
+    steps = [int(r["step"]) for r in records if r.get("bmi_phase") == 2.0]
+    return steps[0] if steps else None
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """'full-s0' -> ('full', '0'); None for a name that is not ARM-sSEED."""
+    arm, _, seed = name.rpartition("-s")
+    return (arm, seed) if arm and seed.isdigit() else None
 
 
 def cell(values: list[float], digits: int = 2) -> str:
@@ -260,9 +297,15 @@ def paper(value: float | None, digits: int = 2) -> str:
 
 
 def cmd_table(args: argparse.Namespace) -> None:
-    scores = {p.name[: -len(".score.json")]: json.loads(p.read_text()) for p in sorted(args.out.glob("*.score.json"))}
+    scores: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in sorted(args.out.glob("*.score.json")):
+        key = split_name(path.name[: -len(".score.json")])
+        if key is not None:
+            scores[key] = json.loads(path.read_text())
     runs = {
-        p.name: read_jsonl(p / "metrics.jsonl") for p in sorted(args.out.iterdir()) if (p / "metrics.jsonl").exists()
+        key: read_jsonl(p / "metrics.jsonl")
+        for p in sorted(args.out.iterdir())
+        if (key := split_name(p.name)) is not None and key[0] in ARMS and (p / "metrics.jsonl").exists()
     }
     lines = [
         "| model | seeds | valid PPL | test PPL | reverse PPL valid | reverse PPL test | MI of generations (nats) "
@@ -270,7 +313,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for arm in (*ARMS, "real"):
-        found = [s for name, s in scores.items() if name.rsplit("-s", 1)[0] == arm]
+        found = [score for (name, _), score in scores.items() if name == arm]
         if found:
             disc = [s["discriminator"] for s in found if s.get("discriminator")]
             lines.append(
@@ -286,15 +329,15 @@ def cmd_table(args: argparse.Namespace) -> None:
         )
     print("\n".join(lines))
     print()
-    print("| run | steps | epochs | switch step | best valid (prefix) | s/step Phase I (or all) | s/step Phase II |")
+    print(
+        "| run | steps | epochs | averaging switch / Phase II from | best valid (prefix) "
+        "| s/step Phase I (or all) | s/step Phase II |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     baseline_rate = {
-        name.rsplit("-s", 1)[1]: seconds_per_step(records, None)
-        for name, records in runs.items()
-        if name.rsplit("-s", 1)[0] == "baseline"
+        seed: seconds_per_step(records, None) for (arm, seed), records in runs.items() if arm == "baseline"
     }
-    for name, records in runs.items():
-        arm, seed = name.rsplit("-s", 1)
+    for (arm, seed), records in runs.items():
         steps = [r for r in records if "tokens_per_s" in r]
         valid = [r for r in records if r.get("split") == "valid"]
         rate1 = seconds_per_step(records, None if arm == "baseline" else 1.0)
@@ -306,18 +349,25 @@ def cmd_table(args: argparse.Namespace) -> None:
                 return "–"
             return f"{rate:.3f}" + (f" ({rate / base:.2f}x)" if base else "")
 
+        name = f"{arm}-s{seed}"
         done = " (scored)" if (args.out / f"{name}.score.json").exists() else " (in flight or cut)"
         best = min((r["ppl"] for r in valid), default=float("nan"))
         last = steps[-1] if steps else {"step": 0, "epoch": 0}
+        switch, phase2 = switch_step(records), phase2_step(records)
+        flag = ""
+        if switch is None:
+            flag = " **never switched**"
+        elif arm == "full" and (phase2 is None or not switch <= phase2 < switch + LOG_EVERY):
+            flag = " **Phase II apart from the switch**"
         print(
-            f"| {name}{done} | {last['step']} | {last['epoch']} | {switch_step(records) or '–'} | {best:.2f} "
-            f"| {show(rate1)} | {show(rate2)} |"
+            f"| {name}{done} | {last['step']} | {last['epoch']} | {switch if switch is not None else '–'} / "
+            f"{phase2 if phase2 is not None else '–'}{flag} | {best:.2f} | {show(rate1)} | {show(rate2)} |"
         )
     if args.png:
         plot_curves(runs, args.png)
 
 
-def plot_curves(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
+def plot_curves(runs: dict[tuple[str, str], list[dict[str, Any]]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -325,14 +375,13 @@ def plot_curves(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     colors = {"baseline": "tab:gray", "base": "tab:blue", "full": "tab:red"}
-    for name, records in runs.items():
-        arm = name.rsplit("-s", 1)[0]
+    for (arm, seed), records in runs.items():
         valid = [r for r in records if r.get("split") == "valid"]
         if arm not in colors or not valid:
             continue
         switch = switch_step(records)
         style = {"color": colors[arm], "lw": 1, "marker": ".", "ms": 3}
-        axes[0].plot([r["step"] for r in valid], [r["ppl"] for r in valid], label=name, **style)
+        axes[0].plot([r["step"] for r in valid], [r["ppl"] for r in valid], label=f"{arm}-s{seed}", **style)
         if switch is not None:
             after = [r for r in valid if r["step"] >= switch]
             axes[1].plot([r["step"] - switch for r in after], [r["ppl"] for r in after], **style)
@@ -348,15 +397,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train and score the arms (resumes cut runs, skips scored ones)")
-    train.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2-converged"))
+    train.add_argument("--out", type=Path, default=None, help="default: runs/bmi-ptb-table2-BUDGET")
     train.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     train.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     train.add_argument("--budget", choices=sorted(BUDGETS), default="converged")
     train.add_argument("--override", nargs="*", default=[], help="extra KEY=VALUE overrides of every run (last wins)")
     table = sub.add_parser("table", help="the tables and curves from the run directories and score files")
     table.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2-converged"))
+    table.add_argument("--budget", choices=sorted(BUDGETS), default=None, help="--out runs/bmi-ptb-table2-BUDGET")
     table.add_argument("--png", type=Path, default=None)
     args = parser.parse_args()
+    if args.command == "table" and args.budget is not None:
+        args.out = Path(f"runs/bmi-ptb-table2-{args.budget}")
+    if args.out is None:
+        args.out = Path(f"runs/bmi-ptb-table2-{args.budget}")
     if args.command == "train":
         cmd_train(args)
     else:

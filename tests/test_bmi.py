@@ -284,7 +284,8 @@ def test_init_from_continues_the_discriminator_and_the_phase(tmp_path: Path) -> 
 
 def test_conditional_log_likelihood_scores_only_y_with_the_same_values_and_gradients() -> None:
     """A model with hidden_states and output_log_probs (the MoS) gets its head over Y's positions only:
-    the numbers and the gradients of the full pass over X and Y, ragged lengths included."""
+    the numbers and the gradients of the full pass over X and Y, ragged lengths included, in evaluation
+    and, under one seed, in training (dropout on)."""
     corpus = topic_corpus()
     torch.manual_seed(0)
     model = MODELS.build("awd-lstm-mos", {"emb": 8, "hidden": 12, "last_hidden": 8, "n_experts": 3}, len(corpus.vocab))
@@ -306,13 +307,18 @@ def test_conditional_log_likelihood_scores_only_y_with_the_same_values_and_gradi
         def init_state(self, batch_size: int, device: object) -> object:
             return self.inner.init_state(batch_size, device)
 
-    fast = conditional_log_likelihood(model, pad(x), x_len, pad(y), y_len)
-    grads_fast = torch.autograd.grad(fast.sum(), list(model.parameters()), allow_unused=True)
-    full = conditional_log_likelihood(FullPassOnly(model), pad(x), x_len, pad(y), y_len)  # type: ignore[arg-type]
-    grads_full = torch.autograd.grad(full.sum(), list(model.parameters()), allow_unused=True)
-    torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
-    for a, b in zip(grads_fast, grads_full, strict=True):
-        if a is None or b is None:
-            assert a is None and b is None
-        else:
-            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    y_padded = torch.nn.functional.pad(pad(y), (0, 3))  # extra columns of padding change nothing
+    for training in (False, True):  # in training, the same seed draws the same dropout masks both ways
+        model.train(training)
+        torch.manual_seed(5)
+        fast = conditional_log_likelihood(model, pad(x), x_len, y_padded, y_len)
+        grads_fast = torch.autograd.grad(fast.sum(), list(model.parameters()), allow_unused=True)
+        torch.manual_seed(5)
+        full = conditional_log_likelihood(FullPassOnly(model), pad(x), x_len, pad(y), y_len)  # type: ignore[arg-type]
+        grads_full = torch.autograd.grad(full.sum(), list(model.parameters()), allow_unused=True)
+        torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
+        for a, b in zip(grads_fast, grads_full, strict=True):
+            if a is None or b is None:
+                assert a is None and b is None
+            else:
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -154,7 +154,10 @@ def test_bmi_driver_arms_differ_only_in_the_regularizer(budget: str, tmp_path: P
         assert config.optim.lr == 10 and config.run.seed == 2
     average, phase2 = configs["baseline"].optim.average, configs["full"].objective["bmi"]["phase2_start"]
     if budget == "converged":
-        assert configs["baseline"].train.max_steps is None and configs["baseline"].train.early_stopping == 8
+        train = configs["baseline"].train
+        assert train.max_steps is None and train.log_every == module.LOG_EVERY
+        # the trigger fires up to nonmono + 1 validations after the best loss: early stopping leaves 8 after it
+        assert train.early_stopping == average["nonmono"] + 1 + 8
         assert (average["nonmono"], average["latest"], phase2) == (5, 0, None)
         assert configs["full"].objective["bmi"]["nonmono"] == average["nonmono"]
     else:
@@ -175,7 +178,19 @@ def test_bmi_driver_reads_time_per_step_and_the_discriminator_from_the_log() -> 
     # the interval to step 30 holds an evaluation: the median of 0.1, 0.7, 0.1 leaves it out
     assert module.seconds_per_step(records, 1.0) == pytest.approx(0.1)
     assert module.seconds_per_step(records, 2.0) == pytest.approx(0.3)
-    assert module.switch_step(records) == 21
+    assert module.switch_step(records) == 21 and module.phase2_step(records) == 50
+    assert module.phase2_step(records[:4]) is None and module.switch_step(records[:2]) is None
+    assert module.split_name("base-s0") == ("base", "0") and module.split_name("baseline-s12") == ("baseline", "12")
+    assert module.split_name("plots") is None and module.split_name("full-sx") is None
     stats = module.discriminator_stats(records)  # steps after 0.9 x 60 = 54: the last record
     assert stats == {"accuracy": 1.0, "mine": 0.5, "records": 1}
     assert module.discriminator_stats([r for r in records if "bmi_acc" not in r]) is None
+
+
+def test_bmi_driver_refuses_to_mix_budgets_in_one_folder(tmp_path: Path) -> None:
+    (tmp_path / "baseline-s0.score.json").write_text('{"budget": "smoke"}')
+    driver = str(ROOT / "experiments" / "bmi_ptb_table2.py")
+    command = [sys.executable, driver, "train", "--out", str(tmp_path), "--seeds", "0"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [f"error: {tmp_path} holds runs of the smoke budget, not converged"]

@@ -97,6 +97,7 @@ def conditional_log_likelihood(
     layer alone, (B, T, H) -> (B, T, V) log-probabilities) gets its output layer over Y's positions only:
     the same numbers (tested), without the softmax over X and the padding (the MoS head costs K x V a
     position)."""
+    x, y = x[:, : int(x_len.max())], y[:, : int(y_len.max())]  # no column of padding alone
     tokens, total = concat_padded(x, x_len, y, y_len, pad_id)  # (B, Lx+Ly)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     state = model.init_state(inputs.size(0), inputs.device)
@@ -108,7 +109,7 @@ def conditional_log_likelihood(
         where = (x_len[:, None] - 1 + span).clamp(max=last.size(1) - 1)  # (B, Ly)
         at_y = last.gather(1, where[..., None].expand(-1, -1, last.size(-1)))  # (B, Ly, H), right-padded rows
         log_probs = head(at_y).float().gather(-1, y.unsqueeze(-1)).squeeze(-1)  # (B, Ly)
-        return (log_probs * (span < y_len[:, None])).sum(dim=1)
+        return torch.where(span < y_len[:, None], log_probs, 0.0).sum(dim=1)
     output = model(inputs, state)
     log_probs = F.log_softmax(output.logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     position = torch.arange(1, tokens.size(1), device=tokens.device)[None, :]  # position of each target
