@@ -322,3 +322,41 @@ def test_conditional_log_likelihood_scores_only_y_with_the_same_values_and_gradi
                 assert a is None and b is None
             else:
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_ntasgd_averaging_and_bmi_phase2_start_at_the_same_evaluation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the trainer, the tail averager's NT-ASGD trigger and BMI-full's own trigger read the same
+    validation losses: averaging and Phase II both begin right after the evaluation that fires."""
+    from infolm.build import train
+    from infolm.config import load_config
+    from infolm.tasks.base import Metrics
+    from infolm.tasks.stream_lm import StreamLM
+    from infolm.training.metrics import read_metrics
+    from tests.conftest import ROOT
+
+    # nonmono 2: the fifth evaluation (4.5 > min(5, 4)) fires, the fourth (4 > 5?) does not
+    losses = iter([5.0, 4.0, 3.0, 4.0, 4.5, 4.6, 4.7])
+
+    def scripted(self: StreamLM, model: object, split: str, device: object = "cpu") -> Metrics:
+        return Metrics({"loss": next(losses)}, selection="loss")
+
+    monkeypatch.setattr(StreamLM, "evaluate", scripted)
+    overrides = [
+        f"run.dir={tmp_path}",
+        "train.max_steps=13",
+        "train.eval_every=2",
+        "train.log_every=1",
+        "model={name: awd-lstm-mos, emb: 8, hidden: 12, last_hidden: 8, n_experts: 2}",
+        "optim.average={name: tail, nonmono: 2, latest: 0}",
+        "objective.bmi={variant: full, nonmono: 2, batch_size: 4, hidden: 16}",
+    ]
+    train(load_config(ROOT / "configs/tiny.yaml", overrides), overrides)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    valid = [r for r in records if r.get("split") == "valid"]
+    # evaluations at steps 2, 4, ..., 12 and the last one at 13; the one at step 10 fires
+    assert [r["started_at"] for r in valid] == [-1, -1, -1, -1, 11, 11, 11]
+    phases = {r["step"]: r["bmi_phase"] for r in records if "bmi_phase" in r}
+    assert [step for step, phase in phases.items() if phase == 2.0] == [11, 12, 13]
+    assert all(phase == 1.0 for step, phase in phases.items() if step <= 10)
