@@ -98,9 +98,27 @@ def train_command(out: Path, arm: str, lam: float, alpha: float, seed: int, extr
     ]
 
 
-def finished(run: Path) -> bool:
-    """Ended by itself (early stopping or the epoch limit): the driver saved its summary."""
-    return (run / "train-summary.json").is_file()
+def epoch_cap(extra: list[str]) -> int:
+    """The epoch limit of a run of this driver: the config's, or the one ``--set`` gives."""
+    from infolm.config import load_config
+
+    return int(load_config(ROOT / CONFIG, list(extra)).train.epochs)
+
+
+def finished(run: Path, cap: int | None = None) -> bool:
+    """Ended by itself (the driver saved its summary) by early stopping, or at an epoch limit of at least
+    ``cap``. A run that stopped at a lower limit than ``cap`` is not: ``train`` extends it (``infolm
+    train`` resumes the run directory up to the new limit)."""
+    summary = run / "train-summary.json"
+    if not summary.is_file():
+        return False
+    if cap is None:
+        return True
+    from infolm.config import load_config
+
+    ended = int(json.loads(summary.read_text())["epoch"])
+    own_cap = int(load_config(run / "config.yaml").train.epochs)
+    return ended < own_cap or ended >= cap
 
 
 def run_one(command: list[str], run: Path, timeout: float) -> dict[str, Any]:
@@ -131,12 +149,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.deadline_s if args.deadline_s else math.inf
+    cap = epoch_cap(args.set)
     todo = [
         (train_command(out, arm, lam, args.alpha, seed, args.set), out / run_name(arm, lam, args.alpha, seed))
         for seed in args.seeds
         for lam in args.lams
         for arm in args.arms
-        if not finished(out / run_name(arm, lam, args.alpha, seed))
+        if not finished(out / run_name(arm, lam, args.alpha, seed), cap)
     ]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     call = {"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine()}
@@ -213,13 +232,15 @@ def cmd_table(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if not out.is_dir():
         raise SystemExit(f"{out} is not a directory of Table 5.1 runs")
+    cap = epoch_cap([])
     runs: dict[str, dict[int, list[Path]]] = {arm: {} for arm in ARMS}
     for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
         match = RUN_NAME.match(run.name)
         if match and match["arm"] in runs:
             runs[match["arm"]].setdefault(int(match["seed"]), []).append(run)
     lines = [
-        f"| arm | seeds (ended by themselves / cut) | λ chosen on valid | valid NLL (IWAE-{args.valid_samples}) | "
+        f"| arm | seeds (ended by themselves / cut, or short of the config's {cap} epochs) | λ chosen on valid "
+        f"| valid NLL (IWAE-{args.valid_samples}) | "
         f"test ppl (IWAE-{args.test_samples}) | test NLL | test KL per token | active units | "
         "thesis ppl / NLL / KL (hidden 128) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -231,7 +252,7 @@ def cmd_table(args: argparse.Namespace) -> None:
             losses = {run: best_valid(run) for run in found}  # each run's log read once
             scored = [(loss, run) for run, loss in losses.items() if loss is not None]
             candidates += [
-                f"{run.name}: {'–' if loss is None else f'{loss:.4f}'}{'' if finished(run) else ' (cut)'}"
+                f"{run.name}: {'–' if loss is None else f'{loss:.4f}'}{'' if finished(run, cap) else ' (cut)'}"
                 for run, loss in losses.items()
             ]
             if scored:
@@ -245,7 +266,7 @@ def cmd_table(args: argparse.Namespace) -> None:
                  for _, run in chosen]  # fmt: skip
         test = [score(run, "test", args.test_samples, run / f"eval-test-iwae{args.test_samples}.json")
                 for _, run in chosen]  # fmt: skip
-        done = sum(finished(run) for _, run in chosen)
+        done = sum(finished(run, cap) for _, run in chosen)
         settings = [RUN_NAME.match(run.name) for _, run in chosen]
         lams = ", ".join(
             f"{m['lam']}" + (f" (α {m['alpha']})" if m["alpha"] else "") for m in settings if m is not None

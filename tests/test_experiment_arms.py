@@ -4,6 +4,7 @@ the config's objective section, so an arm that replaces a term must remove the c
 from __future__ import annotations
 
 import importlib.util
+import json
 import shlex
 import subprocess
 import sys
@@ -194,3 +195,22 @@ def test_bmi_driver_refuses_to_mix_budgets_in_one_folder(tmp_path: Path) -> None
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [f"error: {tmp_path} holds runs of the smoke budget, not converged"]
+
+
+def test_table5_1_driver_extends_a_run_that_ended_at_a_lower_epoch_limit(tmp_path: Path) -> None:
+    module = experiment("thesis_table5_1")
+    config_text = (ROOT / module.CONFIG).read_text()
+    assert module.epoch_cap([]) == 30 and module.epoch_cap(["train.epochs=40"]) == 40
+
+    def run(name: str, own_cap: int, ended: int | None) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        (path / "config.yaml").write_text(config_text.replace("epochs: 30", f"epochs: {own_cap}"))
+        if ended is not None:
+            (path / "train-summary.json").write_text(json.dumps({"epoch": ended}))
+        return path
+
+    at_old_limit, stopped_early, in_flight = run("a", 15, 15), run("b", 15, 9), run("c", 30, None)
+    assert not module.finished(at_old_limit, 30) and module.finished(at_old_limit, 15)
+    assert module.finished(stopped_early, 30)  # early stopping is final
+    assert not module.finished(in_flight, 30)

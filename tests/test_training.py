@@ -65,6 +65,30 @@ def test_early_stopping(tmp_path):
     assert len(evals) == 3  # the first sets the best, two more without improvement stop the run
 
 
+def test_a_larger_limit_extends_a_finished_run_and_early_stopping_is_final(tmp_path):
+    """A run that ended at its step limit goes on when the limit grows, to what one longer run gives;
+    a run that stopped early stays stopped."""
+    common = ("train", "configs/tiny.yaml", "train.eval_every=2")
+    extended, straight, stopped = tmp_path / "extended", tmp_path / "straight", tmp_path / "stopped"
+    assert run_in_process(*common, f"run.dir={extended}", "train.max_steps=4").returncode == 0
+    assert run_in_process(*common, f"run.dir={extended}", "train.max_steps=8").returncode == 0
+    assert run_in_process(*common, f"run.dir={straight}", "train.max_steps=8").returncode == 0
+    valid = {
+        run: [r for r in read_metrics(run / "metrics.jsonl") if r.get("split") == "valid"]
+        for run in (extended, straight)
+    }
+    assert [r["step"] for r in valid[extended]] == [2, 4, 6, 8]
+    assert [r["loss"] for r in valid[extended]] == [r["loss"] for r in valid[straight]]
+    for key, value in final_weights(straight).items():
+        assert torch.equal(final_weights(extended)[key], value), key
+
+    early = ("optim.lr=0", "train.early_stopping=2")
+    assert run_in_process(*common, f"run.dir={stopped}", "train.max_steps=40", *early).returncode == 0
+    before = (stopped / "metrics.jsonl").read_text()
+    assert run_in_process(*common, f"run.dir={stopped}", "train.max_steps=80", *early).returncode == 0
+    assert (stopped / "metrics.jsonl").read_text() == before
+
+
 def test_bf16_autocast_trains(tmp_path):
     result = run_in_process(
         "train",

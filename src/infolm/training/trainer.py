@@ -226,7 +226,12 @@ class Trainer:
         latest, state = found
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         self.best_valid, self.bad_evals = float(state["best_valid"]), int(state["bad_evals"])
-        self.elapsed, self.done = float(state["elapsed"]), bool(state["done"])
+        self.elapsed = float(state["elapsed"])
+        # done: stopped early, for good. A run that ended at train.epochs / train.max_steps is not done: a
+        # larger limit extends it. (Checkpoints written before this distinction say done at either end;
+        # only an exhausted patience counts.)
+        patience = self.config.train.early_stopping
+        self.done = bool(state["done"]) and bool(patience) and self.bad_evals >= patience
         self.last_eval_step = int(state["last_eval_step"])
         for opt, opt_state in zip(self.optimizers, state["optimizers"]):
             opt.load_state_dict(opt_state)
@@ -442,7 +447,6 @@ class Trainer:
                 tick = time.perf_counter()
         if self.last_eval_step != self.step:
             self._evaluate_and_log()
-        self.done = True
         self._save_timed(tick)
         if progress is not None:
             progress.close()
