@@ -45,7 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ from infolm.evaluation.mi import MIEstimatorConfig, estimate_segment_mi, generat
 from infolm.evaluation.perplexity import evaluate_split, stream_nll
 from infolm.evaluation.reverse_ppl import ReversePPLConfig, train_fresh_lm
 from infolm.report import format_mean_std
+from infolm.training.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = ("baseline", "base", "full")
@@ -77,7 +78,6 @@ class Budget:
     reverse: dict[str, Any]  # ReversePPLConfig fields of the fresh LM
     mi: dict[str, Any]  # MIEstimatorConfig fields
     full_splits: bool  # score all of valid and test (else the configs' prefixes)
-    notes: list[str] = field(default_factory=list)
 
 
 BUDGETS = {
@@ -129,10 +129,6 @@ def train_command(out: Path, arm: str, seed: int, budget: Budget, extra: list[st
     return command + list(extra or [])
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def write_json(path: Path, value: Any) -> None:
     """Atomic: a reader never sees half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -179,7 +175,7 @@ def score_run(run_dir: Path, seed: int, budget: Budget) -> dict[str, Any]:
     result["reverse"] = reverse_ppl_of(generated, corpus, seed, budget)
     mi = estimate_segment_mi(texts, len(corpus.vocab), MIEstimatorConfig(seed=seed, **budget.mi))
     result["mi"] = {"mean": mi.mean, "std": mi.std, "folds": mi.folds}
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    records = read_metrics(run_dir / "metrics.jsonl")
     result["discriminator"] = discriminator_stats(records)
     result["switch_step"], result["phase2_step"] = switch_step(records), phase2_step(records)
     return result
@@ -214,8 +210,9 @@ def budget_of_folder(out: Path) -> str | None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     budget = BUDGETS[args.budget]
-    if args.out.is_dir() and budget_of_folder(args.out) not in (None, args.budget):
-        sys.exit(f"error: {args.out} holds runs of the {budget_of_folder(args.out)} budget, not {args.budget}")
+    held = budget_of_folder(args.out) if args.out.is_dir() else None
+    if held not in (None, args.budget):
+        sys.exit(f"error: {args.out} holds runs of the {held} budget, not {args.budget}")
     torch.set_num_threads(1)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -303,7 +300,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         if key is not None:
             scores[key] = json.loads(path.read_text())
     runs = {
-        key: read_jsonl(p / "metrics.jsonl")
+        key: read_metrics(p / "metrics.jsonl")
         for p in sorted(args.out.iterdir())
         if (key := split_name(p.name)) is not None and key[0] in ARMS and (p / "metrics.jsonl").exists()
     }

@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from infolm.config import load_config
 from infolm.report import format_mean_std as mean_std
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,22 +101,16 @@ def train_command(out: Path, arm: str, lam: float, alpha: float, seed: int, extr
 
 def epoch_cap(extra: list[str]) -> int:
     """The epoch limit of a run of this driver: the config's, or the one ``--set`` gives."""
-    from infolm.config import load_config
-
     return int(load_config(ROOT / CONFIG, list(extra)).train.epochs)
 
 
-def finished(run: Path, cap: int | None = None) -> bool:
+def finished(run: Path, cap: int) -> bool:
     """Ended by itself (the driver saved its summary) by early stopping, or at an epoch limit of at least
     ``cap``. A run that stopped at a lower limit than ``cap`` is not: ``train`` extends it (``infolm
     train`` resumes the run directory up to the new limit)."""
     summary = run / "train-summary.json"
     if not summary.is_file():
         return False
-    if cap is None:
-        return True
-    from infolm.config import load_config
-
     ended = int(json.loads(summary.read_text())["epoch"])
     own_cap = int(load_config(run / "config.yaml").train.epochs)
     return ended < own_cap or ended >= cap
