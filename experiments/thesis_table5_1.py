@@ -107,16 +107,23 @@ def epoch_cap(extra: list[str]) -> int:
 def finished(run: Path, cap: int) -> bool:
     """Ended by itself (the driver saved its summary) by early stopping, or at an epoch limit of at least
     ``cap``. A run that stopped at a lower limit than ``cap`` is not: ``train`` extends it (``infolm
-    train`` resumes the run directory up to the new limit)."""
-    summary = run / "train-summary.json"
-    if not summary.is_file():
+    train`` resumes the run directory up to the new limit).
+
+    Early stopping is read against the limit the summary records (``epochs_limit``), never against the
+    run's ``config.yaml``: an extension rewrites that file with the new limit as soon as it starts, so a
+    cut extension would look early-stopped. A summary without the field is not trusted: rerunning a run
+    that did stop early costs only its start (the trainer resumes, finds patience spent, and ends)."""
+    summary_path = run / "train-summary.json"
+    if not summary_path.is_file():
         return False
-    ended = int(json.loads(summary.read_text())["epoch"])
-    own_cap = int(load_config(run / "config.yaml").train.epochs)
-    return ended < own_cap or ended >= cap
+    summary = json.loads(summary_path.read_text())
+    ended = int(summary["epoch"])
+    if ended >= cap:
+        return True
+    return "epochs_limit" in summary and ended < int(summary["epochs_limit"])
 
 
-def run_one(command: list[str], run: Path, timeout: float) -> dict[str, Any]:
+def run_one(command: list[str], run: Path, timeout: float, cap: int) -> dict[str, Any]:
     start = time.time()
     record: dict[str, Any] = {"run": run.name, "command": " ".join(command)}
     try:
@@ -129,7 +136,8 @@ def run_one(command: list[str], run: Path, timeout: float) -> dict[str, Any]:
     lines = result.stdout.decode().strip().splitlines()
     if result.returncode == 0 and lines:
         tmp = run / "train-summary.tmp"
-        tmp.write_text(lines[-1] + "\n")
+        summary = dict(json.loads(lines[-1]), epochs_limit=cap)
+        tmp.write_text(json.dumps(summary) + "\n")
         tmp.replace(run / "train-summary.json")
     return record
 
@@ -162,7 +170,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         left = deadline - time.time()
         if left <= 0:
             return {"run": run.name, "rc": "not started: past the deadline"}
-        record = run_one(command, run, left if math.isfinite(left) else None)  # type: ignore[arg-type]
+        record = run_one(command, run, left if math.isfinite(left) else None, cap)  # type: ignore[arg-type]
         with (out / "jobs.jsonl").open("a") as handle:
             handle.write(json.dumps(record) + "\n")
         print(f"{run.name}: {record['rc']} ({record.get('wall_s', 0):.0f} s)", file=sys.stderr, flush=True)

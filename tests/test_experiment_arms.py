@@ -202,15 +202,21 @@ def test_table5_1_driver_extends_a_run_that_ended_at_a_lower_epoch_limit(tmp_pat
     config_text = (ROOT / module.CONFIG).read_text()
     assert module.epoch_cap([]) == 30 and module.epoch_cap(["train.epochs=40"]) == 40
 
-    def run(name: str, own_cap: int, ended: int | None) -> Path:
+    def run(name: str, own_cap: int, ended: int | None, limit: int | None = None) -> Path:
         path = tmp_path / name
         path.mkdir()
+        # config.yaml holds the newest limit: an extension rewrites it when it starts
         (path / "config.yaml").write_text(config_text.replace("epochs: 30", f"epochs: {own_cap}"))
         if ended is not None:
-            (path / "train-summary.json").write_text(json.dumps({"epoch": ended}))
+            summary = {"epoch": ended} if limit is None else {"epoch": ended, "epochs_limit": limit}
+            (path / "train-summary.json").write_text(json.dumps(summary))
         return path
 
-    at_old_limit, stopped_early, in_flight = run("a", 15, 15), run("b", 15, 9), run("c", 30, None)
+    at_old_limit, stopped_early, in_flight = run("a", 15, 15, 15), run("b", 15, 9, 15), run("c", 30, None)
     assert not module.finished(at_old_limit, 30) and module.finished(at_old_limit, 15)
     assert module.finished(stopped_early, 30)  # early stopping is final
     assert not module.finished(in_flight, 30)
+    cut_extension = run("d", 30, 15, 15)  # the extension to 30 started, then was killed before its summary
+    assert not module.finished(cut_extension, 30)
+    unrecorded = run("e", 30, 15)  # a summary without its limit: rerun (an early-stopped run just ends)
+    assert not module.finished(unrecorded, 30) and module.finished(unrecorded, 15)
