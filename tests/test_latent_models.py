@@ -227,3 +227,17 @@ def test_tied_decoder_softmax_is_the_decoder_embedding(tmp_path) -> None:
     torch.testing.assert_close(loaded.decoder_embedding.weight, tied.decoder_embedding.weight)
     with pytest.raises(InfolmError, match="tie_weights needs model.hidden == model.embedding, got 12 and 8"):
         build("latent-sentence-lstm", {**settings, "hidden": 12, "tie_weights": True})
+
+
+def test_sentence_lstm_init_range_bounds_every_parameter() -> None:
+    """init_range r draws every parameter from U(-r, r), tied softmax included; 0 keeps PyTorch's defaults."""
+    for settings in (LATENT_MODELS[2][1], {**LATENT_MODELS[2][1], "hidden": 8, "tie_weights": True}):
+        model = build("latent-sentence-lstm", {**settings, "init_range": 0.05})
+        for name, parameter in model.named_parameters():
+            assert float(parameter.abs().max()) <= 0.05, name
+            assert float(parameter.abs().max()) > 0.02, name  # drawn, not zeroed (start included)
+    default = build("latent-sentence-lstm", LATENT_MODELS[2][1])
+    assert float(default.decoder_embedding.weight.std()) > 0.5  # nn.Embedding's N(0, 1)
+    assert float(default.start.abs().max()) == 0.0
+    with pytest.raises(InfolmError, match="model.init_range must be a finite number >= 0, got -0.1"):
+        build("latent-sentence-lstm", {**LATENT_MODELS[2][1], "init_range": -0.1})

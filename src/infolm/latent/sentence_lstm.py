@@ -23,6 +23,7 @@ The two paths compute the same function, and the parameters keep ``nn.LSTM``'s n
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +36,7 @@ from infolm.latent.softmax import token_log_likelihood
 from infolm.latent.synthetic import LatentFamilyConfig, build_latent
 from infolm.models.base import register_model
 from infolm.models.cells import lstm_sequence, torch_lstm_weights
+from infolm.models.dropout import uniform_init_
 
 
 @dataclasses.dataclass
@@ -51,9 +53,14 @@ class SentenceLSTMConfig(LatentFamilyConfig):
     # the decoder's softmax shares the decoder's input embedding (ch. 5 does not say; the thesis ties them
     # for its word-level LMs, Sec. 2.A); needs hidden == embedding
     tie_weights: bool = False
+    # every parameter ~ U(-init_range, init_range), as the sentence LM baseline (model lstm: 0.1, Zaremba et al.
+    # 2014); 0 keeps PyTorch's defaults (embeddings N(0, 1)). Ch. 5 does not say how it initializes.
+    init_range: float = 0.0
 
     def __post_init__(self) -> None:
         self.check_latents()
+        if not (self.init_range >= 0.0 and math.isfinite(self.init_range)):
+            raise InfolmError(f"model.init_range must be a finite number >= 0, got {self.init_range}")
         if self.tie_weights and self.hidden != self.embedding:
             raise InfolmError(
                 f"model.tie_weights needs model.hidden == model.embedding, got {self.hidden} and {self.embedding}"
@@ -90,6 +97,8 @@ class SentenceLSTMModel(LatentVariableModel):
         self.softmax = nn.Linear(config.hidden, vocab_size)
         if config.tie_weights:
             self.softmax.weight = self.decoder_embedding.weight  # (V, E): one matrix, read and written
+        if config.init_range > 0.0:
+            uniform_init_(self, config.init_range)
 
     def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:
         packed = pack_padded_sequence(
