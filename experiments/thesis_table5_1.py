@@ -15,12 +15,14 @@ states the scale and the untuned choices), named ``OUT/<arm>-lam<λ>-s<seed>`` (
 column's best result after tuning on validation, ``table`` picks, per arm and seed, the λ whose run has
 the best validation bound, scores that run's best checkpoint on test (IWAE-``--test-samples``, thesis:
 500) and on validation with IWAE-100, and prints perplexity, NLL and KL per token beside the thesis's
-numbers (hidden 128). A sentence LM run (``--lm-run``, ``configs/ptb/sentence-lstm.yaml``) is the
-table's baseline row::
+numbers (hidden 128). The arm ``lm`` is the table's baseline row: the sentence LSTM LM of
+``configs/ptb/sentence-lstm.yaml`` (the latent model's decoder without z) trained with this config's
+batch, optimizer, schedule, stopping, dropouts and init (``lm_overrides``), once per seed as
+``OUT/lm-s<seed>``; ``--lm-run`` adds other LM runs as rows::
 
     OMP_NUM_THREADS=1 python experiments/thesis_table5_1.py train --out runs/thesis-table5-1 \
-        --arms dreg-1 vimco-1 --lams 0.3 --seeds 0 --jobs 1
-    python experiments/thesis_table5_1.py table --out runs/thesis-table5-1 --lm-run runs/ptb-sentence-lstm
+        --arms lm dreg-1 vimco-1 --lams 0.3 --seeds 0 --jobs 2
+    python experiments/thesis_table5_1.py table --out runs/thesis-table5-1
 
 Rerunning ``train`` resumes cut runs (``infolm train`` resumes its run directory) and skips finished
 ones; ``--deadline-s`` stops what still trains (a cut run is marked so in the table). Scores are
@@ -30,6 +32,7 @@ cached as ``<run>/eval-test-iwae500.json`` and ``eval-valid-iwae100.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -43,10 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from infolm.config import load_config
+from infolm.latent.sentence_lstm import SentenceLSTMConfig
 from infolm.report import format_mean_std as mean_std
+from infolm.tasks.sentence_latent import SentenceLatentConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/ptb/thesis-table5-1-cpu.yaml"
+LM_CONFIG = "configs/ptb/sentence-lstm.yaml"
+LM = "lm"  # the baseline arm: no latents, no λ
 
 
 def objective(arm: str, lam: float, alpha: float) -> tuple[str, dict[str, Any]]:
@@ -75,13 +82,54 @@ THESIS = {
 
 
 RUN_NAME = re.compile(r"^(?P<arm>.+)-lam(?P<lam>[^-]+)(?:-a(?P<alpha>[^-]+))?-s(?P<seed>\d+)$")
+LM_RUN_NAME = re.compile(rf"^{LM}-s(?P<seed>\d+)$")
 
 
 def run_name(arm: str, lam: float, alpha: float, seed: int) -> str:
+    if arm == LM:
+        return f"{LM}-s{seed}"
     return f"{arm}-lam{lam:g}" + (f"-a{alpha:g}" if arm.endswith("renyi") else "") + f"-s{seed}"
 
 
+def lm_overrides(extra: list[str]) -> list[str]:
+    """The sentence LM's settings taken from this driver's config (with ``extra``), so that the baseline
+    differs from the latent arms only by having no latents: sentences, batch, every optimizer and
+    schedule field, the epoch limit, evaluation cadence, early stopping, clipping, and the decoder's
+    sizes, dropouts and init. ``extra``'s ``run.*`` settings (a device) apply as they are."""
+    table = load_config(ROOT / CONFIG, list(extra))
+    model = SentenceLSTMConfig(**{k: v for k, v in table.model.items() if k != "name"})  # with its defaults
+    task = SentenceLatentConfig(**{k: v for k, v in table.task.items() if k != "name"})
+    found = {  # the LM's names differ for two of the decoder's fields
+        "data.batch_size": table.data.batch_size,
+        "task.max_len": task.max_len,
+        "task.truncate": list(task.truncate),
+        "model.emb": model.embedding,
+        "model.hidden": model.hidden,
+        "model.dropout_input": model.dropout_input,
+        "model.dropout": model.dropout_output,
+        "model.init_range": model.init_range,
+        **{f"optim.{key}": value for key, value in dataclasses.asdict(table.optim).items()},
+        **{f"train.{key}": getattr(table.train, key) for key in ("epochs", "eval_every", "early_stopping", "clip")},
+    }
+    return [f"{key}={json.dumps(value)}" for key, value in found.items()] + [
+        item for item in extra if item.startswith("run.")
+    ]
+
+
 def train_command(out: Path, arm: str, lam: float, alpha: float, seed: int, extra: list[str]) -> list[str]:
+    run = f"run.dir={out / run_name(arm, lam, alpha, seed)}"
+    if arm == LM:
+        return [
+            sys.executable,
+            "-m",
+            "infolm",
+            "train",
+            LM_CONFIG,
+            run,
+            f"run.seed={seed}",
+            *lm_overrides(extra),
+            "--json",
+        ]
     latent, section = objective(arm, lam, alpha)
     return [
         sys.executable,
@@ -89,7 +137,7 @@ def train_command(out: Path, arm: str, lam: float, alpha: float, seed: int, extr
         "infolm",
         "train",
         CONFIG,
-        f"run.dir={out / run_name(arm, lam, alpha, seed)}",
+        run,
         f"run.seed={seed}",
         f"model.latent={latent}",
         "~objective.mi-kl",  # an override merges into the config's objective section: replace it
@@ -123,6 +171,21 @@ def finished(run: Path, cap: int) -> bool:
     return "epochs_limit" in summary and ended < int(summary["epochs_limit"])
 
 
+def pending(
+    out: Path, arms: list[str], lams: list[float], alpha: float, seeds: list[int], extra: list[str]
+) -> dict[Path, list[str]]:
+    """The runs still to train (or to extend), each with its command; the LM has no λ: one run per seed."""
+    cap = epoch_cap(extra)
+    todo: dict[Path, list[str]] = {}
+    for seed in seeds:
+        for lam in lams:
+            for arm in arms:
+                run = out / run_name(arm, lam, alpha, seed)
+                if run not in todo and not finished(run, cap):
+                    todo[run] = train_command(out, arm, lam, alpha, seed, extra)
+    return todo
+
+
 def run_one(command: list[str], run: Path, timeout: float, cap: int) -> dict[str, Any]:
     start = time.time()
     record: dict[str, Any] = {"run": run.name, "command": " ".join(command)}
@@ -153,13 +216,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.deadline_s if args.deadline_s else math.inf
     cap = epoch_cap(args.set)
-    todo = [
-        (train_command(out, arm, lam, args.alpha, seed, args.set), out / run_name(arm, lam, args.alpha, seed))
-        for seed in args.seeds
-        for lam in args.lams
-        for arm in args.arms
-        if not finished(out / run_name(arm, lam, args.alpha, seed), cap)
-    ]
+    todo = pending(out, args.arms, args.lams, args.alpha, args.seeds, args.set)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     call = {"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine()}
     with (out / "calls.jsonl").open("a") as handle:
@@ -177,7 +234,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         return record
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        list(pool.map(job, todo))
+        list(pool.map(job, [(command, run) for run, command in todo.items()]))
 
 
 def machine() -> dict[str, Any]:
@@ -237,10 +294,13 @@ def cmd_table(args: argparse.Namespace) -> None:
         raise SystemExit(f"{out} is not a directory of Table 5.1 runs")
     cap = epoch_cap([])
     runs: dict[str, dict[int, list[Path]]] = {arm: {} for arm in ARMS}
+    lm_runs: list[Path] = []
     for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
         match = RUN_NAME.match(run.name)
         if match and match["arm"] in runs:
             runs[match["arm"]].setdefault(int(match["seed"]), []).append(run)
+        elif LM_RUN_NAME.match(run.name):
+            lm_runs.append(run)
     lines = [
         f"| arm | seeds (ended by themselves / cut, or short of the config's {cap} epochs) | λ chosen on valid "
         f"| valid NLL (IWAE-{args.valid_samples}) | "
@@ -281,12 +341,17 @@ def cmd_table(args: argparse.Namespace) -> None:
             f"{ppl} / {nll} / {kl:.3f} |"
         )
     for lm in args.lm_run:
-        run = Path(lm)
-        if not (run / "config.yaml").is_file():
-            raise SystemExit(f"--lm-run {run} is not a run directory")
-        lm_test = score(run, "test", None, run / "eval-test.json")
+        if not (Path(lm) / "config.yaml").is_file():
+            raise SystemExit(f"--lm-run {lm} is not a run directory")
+    rows = [(f"sentence LSTM LM, this config's training ({LM}-s*)", lm_runs)] if lm_runs else []
+    rows += [(f"sentence LSTM LM ({Path(lm).name})", [Path(lm)]) for lm in args.lm_run]
+    for label, found in rows:
+        lm_valid = [score(run, "valid", None, run / "eval-valid.json") for run in found]
+        lm_test = [score(run, "test", None, run / "eval-test.json") for run in found]
+        done = sum(finished(run, cap) for run in found)
         lines.append(
-            f"| sentence LSTM LM ({run.name}) | 1 | – | – | {lm_test['ppl']:.1f} | {lm_test['nll']:.3f} | – | – | "
+            f"| {label} | {done} / {len(found) - done} | – | {mean_std([v['nll'] for v in lm_valid], 3)} | "
+            f"{mean_std([t['ppl'] for t in lm_test], 1)} | {mean_std([t['nll'] for t in lm_test], 3)} | – | – | "
             "– (its plain decoder: VIMCO 1, KL 0.000) |"
         )
     print("\n".join(lines))
@@ -299,7 +364,9 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train the arms")
     p.add_argument("--out", default="runs/thesis-table5-1")
-    p.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS)
+    p.add_argument(
+        "--arms", nargs="+", default=[LM, *ARMS], choices=[LM, *ARMS], help=f"{LM}: the sentence LM baseline"
+    )
     p.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.3, 0.6], help="λ grid (Table 5.2: -0.05..0.9999)")
     p.add_argument("--alpha", type=float, default=2.0, help="α of the Rényi arms (Table 5.2 tunes it in 0.86..16)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -311,7 +378,7 @@ def main() -> None:
     p.add_argument("--out", default="runs/thesis-table5-1")
     p.add_argument("--valid-samples", type=int, default=100, help="IWAE-K of the reported valid NLL (thesis: 100)")
     p.add_argument("--test-samples", type=int, default=500, help="IWAE-K on test (thesis: 500)")
-    p.add_argument("--lm-run", nargs="*", default=[], help="sentence LM runs: the baseline row")
+    p.add_argument("--lm-run", nargs="*", default=[], help="other sentence LM runs, a row each")
     p.set_defaults(func=cmd_table)
     args = parser.parse_args()
     args.func(args)

@@ -197,6 +197,34 @@ def test_bmi_driver_refuses_to_mix_budgets_in_one_folder(tmp_path: Path) -> None
     assert done.stderr.strip().splitlines() == [f"error: {tmp_path} holds runs of the smoke budget, not converged"]
 
 
+def test_table5_1_lm_baseline_trains_with_the_latent_arms_settings(tmp_path: Path) -> None:
+    """The LM arm is the latent model's decoder without z, trained exactly as the latent arms are."""
+    module = experiment("thesis_table5_1")
+    extra = ["optim.lr=0.001", "train.epochs=40", "run.device=cpu", "model.latent_size=8"]
+    command = module.train_command(tmp_path, module.LM, 0.3, 2.0, 2, extra)
+    assert command[4] == module.LM_CONFIG
+    lm = load_config(ROOT / command[4], [word for word in command[5:] if word != "--json"])
+    latent = load_config(ROOT / module.CONFIG, extra)
+    assert lm.model["name"] == "lstm" and lm.task["name"] == "sentence-lm" and set(lm.objective) == {"mle"}
+    assert lm.optim == latent.optim and lm.optim.lr == 0.001 and lm.data.batch_size == latent.data.batch_size
+    for key in ("epochs", "eval_every", "early_stopping", "clip"):
+        assert getattr(lm.train, key) == getattr(latent.train, key), key
+    assert lm.train.epochs == 40 and lm.run.device == "cpu" and lm.run.seed == 2
+    assert (lm.model["emb"], lm.model["hidden"], lm.model["layers"]) == (128, 128, 1)
+    assert (lm.model["dropout_input"], lm.model["dropout"]) == (
+        latent.model["dropout_input"],
+        latent.model["dropout_output"],
+    )
+    assert lm.model["init_range"] == latent.model["init_range"] == 0.1
+    assert (lm.task["max_len"], lm.task["truncate"]) == (latent.task["max_len"], latent.task["truncate"])
+    assert lm.run.dir == str(tmp_path / "lm-s2") and module.LM_RUN_NAME.match("lm-s2")
+    # one LM run per seed, whatever the λ grid
+    todo = module.pending(tmp_path, [module.LM, "dreg-1"], [0.0, 0.3], 2.0, [0, 1], [])
+    assert sorted(run.name for run in todo) == sorted(
+        ["lm-s0", "lm-s1", "dreg-1-lam0-s0", "dreg-1-lam0.3-s0", "dreg-1-lam0-s1", "dreg-1-lam0.3-s1"]
+    )
+
+
 def test_table5_1_driver_extends_a_run_that_ended_at_a_lower_epoch_limit(tmp_path: Path) -> None:
     module = experiment("thesis_table5_1")
     config_text = (ROOT / module.CONFIG).read_text()
