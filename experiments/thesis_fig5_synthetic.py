@@ -4,7 +4,11 @@ Continuous latents (Fig. 5.3): ELBO (β-VAE with analytic KL, Prop. 13), DReG 1 
 same objective with one draw, Props. 11-12), DReG 16 with the KL objective and with the Rényi
 objective. Fig. 5.4 (``--figures fig5_4_asymmetric``): 16 draws for ln p(x) and one for the MI term,
 and the reverse. Discrete latents (Fig. 5.6): REINFORCE 1 (VIMCO 1), VIMCO 16 KL and VIMCO 16 Rényi;
-Fig. 5.7 (``--figures fig5_7_asymmetric_discrete``): VIMCO 16/1 and 1/16, KL and Rényi. Each
+Fig. 5.7 (``--figures fig5_7_asymmetric_discrete``): VIMCO 16/1 and 1/16, KL and Rényi. The power
+objective (App. 5.B.3, Figs. 5.26 and 5.27: ``--figures fig5_26_power_continuous fig5_27_power_discrete``)
+against the KL and Rényi objectives, with DReG 16 and with VIMCO 16; its one knob α is set from each λ
+of ``--lams`` by the power objective's tie λ = (α - 1)/α (Definition 6), so the three curves sweep the
+same MI weights. Each
 curve is one run per λ of ``--lams``; every run is ``infolm train`` on ``configs/synthetic/cpu-*.yaml``
 (1,000 symbols, 1,000 steps, lr 3e-3: the scale is stated there) with the objective replaced, and its
 final IWAE-100 NLL and MI over all 1,000 symbols are its point. ``infolm pareto`` then keeps each
@@ -87,6 +91,19 @@ FIGURES: dict[str, tuple[str, list[Curve]]] = {
 }
 
 
+def power_curves(estimator: str, name: str) -> list[Curve]:
+    """KL, Rényi (α 2) and power objectives with 16 draws of ``estimator`` (Figs. 5.26-5.27)."""
+    term = {"estimator": estimator, "samples": 16}
+    return [
+        (f"{name} 16 KL", lambda lam: {"mi-kl": {**term, "lam": lam}}),
+        (f"{name} 16 Rényi", lambda lam: {"mi-renyi": {**term, "lam": lam, "alpha": 2.0}}),
+        # Definition 6: the power objective is the Rényi objective with λ = (α - 1)/α, so α = 1/(1 - λ)
+        (f"{name} 16 power", lambda lam: {"mi-power": {**term, "alpha": 1.0 / (1.0 - lam)}}),
+    ]
+
+
+FIGURES["fig5_26_power_continuous"] = ("configs/synthetic/cpu-gaussian.yaml", power_curves("dreg", "DReG"))
+FIGURES["fig5_27_power_discrete"] = ("configs/synthetic/cpu-categorical.yaml", power_curves("vimco", "VIMCO"))
 DEFAULT_FIGURES = ["fig5_3_continuous", "fig5_6_discrete"]
 
 

@@ -248,3 +248,25 @@ def test_table5_1_driver_extends_a_run_that_ended_at_a_lower_epoch_limit(tmp_pat
     assert not module.finished(cut_extension, 30)
     unrecorded = run("e", 30, 15)  # a summary without its limit: rerun (an early-stopped run just ends)
     assert not module.finished(unrecorded, 30) and module.finished(unrecorded, 15)
+
+
+def test_fig5_synthetic_figures_build_and_power_curves_tie_alpha_to_lambda() -> None:
+    """Every curve of every synthetic figure gives a valid objective; the power curve's α is λ's
+    (Definition 6: λ = (α - 1)/α), so it sweeps the same MI weights as the KL and Rényi curves."""
+    from infolm.build import build_objective
+
+    module = experiment("thesis_fig5_synthetic")
+    for figure, (base, curves) in module.FIGURES.items():
+        for label, objective in curves:
+            for lam in (0.0, 0.5, 0.95):
+                config = load_config(ROOT / base, [f"objective={json.dumps(objective(lam))}", "~objective.mi-kl"])
+                build_objective(config)  # raises on an invalid section
+                (name,) = config.objective
+                if name == "mi-power":
+                    alpha = config.objective[name]["alpha"]
+                    assert abs((alpha - 1.0) / alpha - lam) < 1e-12, (figure, label)
+    assert {label for label, _ in module.FIGURES["fig5_27_power_discrete"][1]} == {
+        "VIMCO 16 KL",
+        "VIMCO 16 Rényi",
+        "VIMCO 16 power",
+    }
