@@ -127,6 +127,23 @@ def run_point(base: Path, objective: dict, run_dir: Path, steps: int, seed: int)
     return command, time.time() - start
 
 
+def nll_at_mi(points: list[tuple[float, float]], targets: list[float]) -> list[float | None]:
+    """NLL at each MI of ``targets``, linear between the (MI, NLL) points of a curve's frontier (a point
+    is dropped when another has at least its MI and a lower NLL); None outside the frontier's MI range."""
+    frontier = sorted(
+        (mi, nll) for mi, nll in points if not any(m >= mi and n < nll and (m, n) != (mi, nll) for m, n in points)
+    )
+    found: list[float | None] = []
+    for target in targets:
+        value = None
+        for (m0, n0), (m1, n1) in zip(frontier, frontier[1:]):
+            if m0 <= target <= m1:
+                value = n0 if m1 == m0 else n0 + (n1 - n0) * (target - m0) / (m1 - m0)
+                break
+        found.append(value)
+    return found
+
+
 def finished(run_dir: Path, steps: int) -> bool:
     log = run_dir / "metrics.jsonl"
     if not log.is_file():
@@ -175,6 +192,13 @@ def main() -> None:
     for r in summary["runs"]:
         point = f"NLL {r['nll']:.4f}  MI {r['mi']:.3f}  KL {r['kl']:.3f}"
         print(f"{r['figure']:18s} {r['curve']:16s} λ={r['lam']:<5g} {point}")
+    targets = [1.0, 2.0, 3.0, 4.0, 5.0]
+    print("\nNLL at MI = " + " / ".join(f"{t:g}" for t in targets) + " nats, linear along each curve's frontier:")
+    for figure in args.figures:
+        for label, _ in FIGURES[figure][1]:
+            points = [(r["mi"], r["nll"]) for r in summary["runs"] if r["figure"] == figure and r["curve"] == label]
+            cells = " / ".join("–" if v is None else f"{v:.3f}" for v in nll_at_mi(points, targets))
+            print(f"{figure:18s} {label:16s} {cells}")
 
 
 if __name__ == "__main__":

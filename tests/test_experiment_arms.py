@@ -270,3 +270,13 @@ def test_fig5_synthetic_figures_build_and_power_curves_tie_alpha_to_lambda() -> 
         "VIMCO 16 Rényi",
         "VIMCO 16 power",
     }
+
+
+def test_fig5_nll_at_equal_mi_interpolates_along_the_frontier() -> None:
+    module = experiment("thesis_fig5_synthetic")
+    elbo = [(0.08, 6.9112), (0.27, 6.9177), (1.22, 6.9916), (3.68, 7.3726), (6.41, 8.0067), (9.62, 10.1315)]
+    at = module.nll_at_mi(elbo, [2.0, 0.05, 10.0])
+    assert abs(at[0] - (6.9916 + (7.3726 - 6.9916) * (2.0 - 1.22) / (3.68 - 1.22))) < 1e-12  # 7.112
+    assert at[1:] == [None, None]  # outside the curve's MI range
+    dominated = [*elbo, (1.0, 7.5)]  # worse than (1.22, 6.9916), which has more MI: off the frontier
+    assert module.nll_at_mi(dominated, [1.1]) == module.nll_at_mi(elbo, [1.1])
