@@ -130,13 +130,14 @@ def run_point(base: Path, objective: dict, run_dir: Path, steps: int, seed: int)
 def nll_at_mi(points: list[tuple[float, float]], targets: list[float]) -> list[float | None]:
     """NLL at each MI of ``targets``, linear between the (MI, NLL) points of a curve's frontier (a point
     is dropped when another has at least its MI and a lower NLL); None outside the frontier's MI range."""
+    finite = [(mi, nll) for mi, nll in points if math.isfinite(mi) and math.isfinite(nll)]  # a diverged run: no point
     frontier = sorted(
-        (mi, nll) for mi, nll in points if not any(m >= mi and n < nll and (m, n) != (mi, nll) for m, n in points)
+        (mi, nll) for mi, nll in finite if not any(m >= mi and n < nll and (m, n) != (mi, nll) for m, n in finite)
     )
     found: list[float | None] = []
     for target in targets:
         value = None
-        for (m0, n0), (m1, n1) in zip(frontier, frontier[1:]):
+        for (m0, n0), (m1, n1) in zip(frontier, frontier[1:] or frontier):  # one point: itself
             if m0 <= target <= m1:
                 value = n0 if m1 == m0 else n0 + (n1 - n0) * (target - m0) / (m1 - m0)
                 break
@@ -161,6 +162,8 @@ def main() -> None:
     parser.add_argument("--figures", nargs="+", default=DEFAULT_FIGURES, choices=list(FIGURES))
     parser.add_argument("--docs-img", default="docs/img", help="where the PNGs are copied ('' : nowhere)")
     args = parser.parse_args()
+    if any(not math.isfinite(lam) or lam >= 1.0 for lam in args.lams):
+        raise SystemExit(f"--lams must be finite and below 1 (the objectives' λ < 1), got {args.lams}")
     out = Path(args.out)
     summary: dict = {"optimum": OPTIMUM, "steps": args.steps, "lams": args.lams, "runs": []}
     # λ outermost: every curve of every figure gets its spread of points before any gets more
@@ -188,6 +191,11 @@ def main() -> None:
         last = [json.loads(line) for line in log.read_text().splitlines() if '"mi"' in line][-1]
         record.update(nll=last["loss"], mi=last["mi"], kl=last.get("kl"))
     name = "summary.json" if args.figures == DEFAULT_FIGURES else f"summary-{'-'.join(args.figures)}.json"
+    if (out / name).is_file():  # runs trained by an earlier call keep the command and wall time recorded then
+        earlier = {r["run"]: r for r in json.loads((out / name).read_text()).get("runs", [])}
+        for record in summary["runs"]:
+            if "wall_s" not in record and "wall_s" in earlier.get(record["run"], {}):
+                record.update(command=earlier[record["run"]]["command"], wall_s=earlier[record["run"]]["wall_s"])
     (out / name).write_text(json.dumps(summary, indent=1))
     for r in summary["runs"]:
         point = f"NLL {r['nll']:.4f}  MI {r['mi']:.3f}  KL {r['kl']:.3f}"

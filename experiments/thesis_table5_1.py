@@ -91,25 +91,38 @@ def run_name(arm: str, lam: float, alpha: float, seed: int) -> str:
     return f"{arm}-lam{lam:g}" + (f"-a{alpha:g}" if arm.endswith("renyi") else "") + f"-s{seed}"
 
 
+# what the LM takes as it is from the latent config: every data field but the evaluation batch (which
+# changes no score), every optimizer and schedule field, every training field but the logging ones
+DATA_NOT_SHARED = {"eval_batch_size"}
+TRAIN_NOT_SHARED = {"log_every", "progress", "tensorboard"}
+
+
 def lm_overrides(extra: list[str]) -> list[str]:
     """The sentence LM's settings taken from this driver's config (with ``extra``), so that the baseline
-    differs from the latent arms only by having no latents: sentences, batch, every optimizer and
-    schedule field, the epoch limit, evaluation cadence, early stopping, clipping, and the decoder's
-    sizes, dropouts and init. ``extra``'s ``run.*`` settings (a device) apply as they are."""
+    differs from the latent arms only by having no latents: the data and batches (sentence cut and
+    length buckets), every optimizer, schedule and training field, and the decoder's sizes, dropouts,
+    init and weight tying. ``extra``'s ``run.*`` settings (a device) apply as they are. A decoder
+    setting the LM has no counterpart for (recurrent-state dropout) is refused."""
     table = load_config(ROOT / CONFIG, list(extra))
     model = SentenceLSTMConfig(**{k: v for k, v in table.model.items() if k != "name"})  # with its defaults
     task = SentenceLatentConfig(**{k: v for k, v in table.task.items() if k != "name"})
+    if model.dropout_state > 0.0:
+        raise SystemExit(
+            f"arm {LM}: the sentence LM has no recurrent-state dropout (model.dropout_state={model.dropout_state})"
+        )
     found = {  # the LM's names differ for two of the decoder's fields
-        "data.batch_size": table.data.batch_size,
+        **{f"data.{k}": v for k, v in dataclasses.asdict(table.data).items() if k not in DATA_NOT_SHARED},
         "task.max_len": task.max_len,
         "task.truncate": list(task.truncate),
+        "task.bucket_batches": task.bucket_batches,
         "model.emb": model.embedding,
         "model.hidden": model.hidden,
         "model.dropout_input": model.dropout_input,
         "model.dropout": model.dropout_output,
         "model.init_range": model.init_range,
+        "model.tie_weights": model.tie_weights,
         **{f"optim.{key}": value for key, value in dataclasses.asdict(table.optim).items()},
-        **{f"train.{key}": getattr(table.train, key) for key in ("epochs", "eval_every", "early_stopping", "clip")},
+        **{f"train.{k}": v for k, v in dataclasses.asdict(table.train).items() if k not in TRAIN_NOT_SHARED},
     }
     return [f"{key}={json.dumps(value)}" for key, value in found.items()] + [
         item for item in extra if item.startswith("run.")
@@ -343,14 +356,16 @@ def cmd_table(args: argparse.Namespace) -> None:
     for lm in args.lm_run:
         if not (Path(lm) / "config.yaml").is_file():
             raise SystemExit(f"--lm-run {lm} is not a run directory")
-    rows = [(f"sentence LSTM LM, this config's training ({LM}-s*)", lm_runs)] if lm_runs else []
-    rows += [(f"sentence LSTM LM ({Path(lm).name})", [Path(lm)]) for lm in args.lm_run]
-    for label, found in rows:
+    # the driver's own LM runs say whether they ended by themselves; other runs (--lm-run) cannot
+    rows = [(f"sentence LSTM LM, this config's training ({LM}-s*)", lm_runs, True)] if lm_runs else []
+    rows += [(f"sentence LSTM LM ({Path(lm).name})", [Path(lm)], False) for lm in args.lm_run]
+    for label, found, own in rows:
         lm_valid = [score(run, "valid", None, run / "eval-valid.json") for run in found]
         lm_test = [score(run, "test", None, run / "eval-test.json") for run in found]
         done = sum(finished(run, cap) for run in found)
+        seeds = f"{done} / {len(found) - done}" if own else f"{len(found)} (not this driver's)"
         lines.append(
-            f"| {label} | {done} / {len(found) - done} | – | {mean_std([v['nll'] for v in lm_valid], 3)} | "
+            f"| {label} | {seeds} | – | {mean_std([v['nll'] for v in lm_valid], 3)} | "
             f"{mean_std([t['ppl'] for t in lm_test], 1)} | {mean_std([t['nll'] for t in lm_test], 3)} | – | – | "
             "– (its plain decoder: VIMCO 1, KL 0.000) |"
         )

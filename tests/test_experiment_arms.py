@@ -218,11 +218,34 @@ def test_table5_1_lm_baseline_trains_with_the_latent_arms_settings(tmp_path: Pat
     assert lm.model["init_range"] == latent.model["init_range"] == 0.1
     assert (lm.task["max_len"], lm.task["truncate"]) == (latent.task["max_len"], latent.task["truncate"])
     assert lm.run.dir == str(tmp_path / "lm-s2") and module.LM_RUN_NAME.match("lm-s2")
+    # every other shared setting passes through; a decoder setting the LM lacks is refused
+    more = ["task.bucket_batches=7", "model.tie_weights=true", "train.max_steps=200", "train.precision=bf16"]
+    command = module.train_command(tmp_path, module.LM, 0.3, 2.0, 0, more)
+    lm = load_config(ROOT / command[4], [word for word in command[5:] if word != "--json"])
+    assert (lm.task["bucket_batches"], lm.model["tie_weights"]) == (7, True)
+    assert (lm.train.max_steps, lm.train.precision) == (200, "bf16")
+    with pytest.raises(SystemExit, match="no recurrent-state dropout"):
+        module.train_command(tmp_path, module.LM, 0.3, 2.0, 0, ["model.dropout_state=0.5"])
     # one LM run per seed, whatever the λ grid
     todo = module.pending(tmp_path, [module.LM, "dreg-1"], [0.0, 0.3], 2.0, [0, 1], [])
     assert sorted(run.name for run in todo) == sorted(
         ["lm-s0", "lm-s1", "dreg-1-lam0-s0", "dreg-1-lam0.3-s0", "dreg-1-lam0-s1", "dreg-1-lam0.3-s1"]
     )
+
+
+def test_table5_1_driver_summary_records_the_epoch_limit_it_ran_under(tmp_path: Path) -> None:
+    module = experiment("thesis_table5_1")
+    run = tmp_path / "dreg-1-lam0.3-s0"
+    run.mkdir()
+    last = json.dumps({"step": 9, "epoch": 3})
+    record = module.run_one([sys.executable, "-c", f"print('progress'); print({last!r})"], run, 60.0, 30)
+    assert record["rc"] == 0
+    assert json.loads((run / "train-summary.json").read_text()) == {"step": 9, "epoch": 3, "epochs_limit": 30}
+    assert module.finished(run, 30)  # ended below the limit it ran under: early stopping
+    failed = tmp_path / "vimco-1-lam0.3-s0"
+    failed.mkdir()
+    assert module.run_one([sys.executable, "-c", "raise SystemExit(3)"], failed, 60.0, 30)["rc"] == 3
+    assert not (failed / "train-summary.json").exists() and not module.finished(failed, 30)
 
 
 def test_table5_1_driver_extends_a_run_that_ended_at_a_lower_epoch_limit(tmp_path: Path) -> None:
@@ -280,3 +303,6 @@ def test_fig5_nll_at_equal_mi_interpolates_along_the_frontier() -> None:
     assert at[1:] == [None, None]  # outside the curve's MI range
     dominated = [*elbo, (1.0, 7.5)]  # worse than (1.22, 6.9916), which has more MI: off the frontier
     assert module.nll_at_mi(dominated, [1.1]) == module.nll_at_mi(elbo, [1.1])
+    diverged = [*elbo, (float("nan"), float("nan")), (2.0, float("inf"))]  # a diverged run is no point
+    assert module.nll_at_mi(diverged, [2.0, 5.0]) == module.nll_at_mi(elbo, [2.0, 5.0])
+    assert module.nll_at_mi([(1.5, 7.0)], [1.5, 1.0]) == [7.0, None]  # one point: only at its own MI
