@@ -38,6 +38,8 @@ from typing import Any
 
 import yaml
 
+from infolm.latent.pareto import frontier as pareto_frontier
+
 ROOT = Path(__file__).resolve().parents[1]
 OPTIMUM = math.log(1000)
 
@@ -131,9 +133,7 @@ def nll_at_mi(points: list[tuple[float, float]], targets: list[float]) -> list[f
     """NLL at each MI of ``targets``, linear between the (MI, NLL) points of a curve's frontier (a point
     is dropped when another has at least its MI and a lower NLL); None outside the frontier's MI range."""
     finite = [(mi, nll) for mi, nll in points if math.isfinite(mi) and math.isfinite(nll)]  # a diverged run: no point
-    frontier = sorted(
-        (mi, nll) for mi, nll in finite if not any(m >= mi and n < nll and (m, n) != (mi, nll) for m, n in finite)
-    )
+    frontier = sorted(point for point, kept in zip(finite, pareto_frontier(finite)) if kept)
     found: list[float | None] = []
     for target in targets:
         value = None
