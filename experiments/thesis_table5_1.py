@@ -168,16 +168,19 @@ def epoch_cap(extra: list[str]) -> int:
 def finished(run: Path, cap: int) -> bool:
     """Ended by itself (the driver saved its summary) by early stopping, or at an epoch limit of at least
     ``cap``. A run that stopped at a lower limit than ``cap`` is not: ``train`` extends it (``infolm
-    train`` resumes the run directory up to the new limit).
+    train`` resumes the run directory up to the new limit), and neither is one that a step limit ended.
 
-    Early stopping is read against the limit the summary records (``epochs_limit``), never against the
-    run's ``config.yaml``: an extension rewrites that file with the new limit as soon as it starts, so a
-    cut extension would look early-stopped. A summary without the field is not trusted: rerunning a run
-    that did stop early costs only its start (the trainer resumes, finds patience spent, and ends)."""
+    Early stopping is the trainer's own word (``early_stopped`` in its summary). Summaries written before
+    the trainer reported it are read against the epoch limit the driver recorded (``epochs_limit``), never
+    against the run's ``config.yaml``: an extension rewrites that file with the new limit as soon as it
+    starts, so a cut extension would look early-stopped. A summary with neither is not trusted: rerunning
+    a run that did stop early costs only its start (the trainer resumes, finds patience spent, and ends)."""
     summary_path = run / "train-summary.json"
     if not summary_path.is_file():
         return False
     summary = json.loads(summary_path.read_text())
+    if "early_stopped" in summary:
+        return bool(summary["early_stopped"]) or int(summary["epoch"]) >= cap
     ended = int(summary["epoch"])
     if ended >= cap:
         return True

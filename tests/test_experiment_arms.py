@@ -271,6 +271,15 @@ def test_table5_1_driver_extends_a_run_that_ended_at_a_lower_epoch_limit(tmp_pat
     assert not module.finished(cut_extension, 30)
     unrecorded = run("e", 30, 15)  # a summary without its limit: rerun (an early-stopped run just ends)
     assert not module.finished(unrecorded, 30) and module.finished(unrecorded, 15)
+    # the trainer's own word decides where it is given: a step limit ends a run short of its epoch cap
+    # without early stopping, and the run is extended; early stopping is final whatever the limits
+    by_steps, by_patience = tmp_path / "f", tmp_path / "g"
+    for path, stopped in ((by_steps, False), (by_patience, True)):
+        path.mkdir()
+        summary = {"epoch": 4, "epochs_limit": 30, "early_stopped": stopped}
+        (path / "train-summary.json").write_text(json.dumps(summary))
+    assert not module.finished(by_steps, 30) and module.finished(by_steps, 4)
+    assert module.finished(by_patience, 30)
 
 
 def test_fig5_synthetic_figures_build_and_power_curves_tie_alpha_to_lambda() -> None:

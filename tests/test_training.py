@@ -59,10 +59,13 @@ def test_early_stopping(tmp_path):
         "train.max_steps=40",
         "train.eval_every=2",
         "train.early_stopping=2",
+        "--json",
     )
     assert result.returncode == 0, result.stderr
     evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("split") == "valid"]
     assert len(evals) == 3  # the first sets the best, two more without improvement stop the run
+    summary = json.loads(result.stdout)
+    assert summary["step"] == 6 and summary["early_stopped"] is True
 
 
 def test_a_larger_limit_extends_a_finished_run_and_early_stopping_is_final(tmp_path):
@@ -70,7 +73,8 @@ def test_a_larger_limit_extends_a_finished_run_and_early_stopping_is_final(tmp_p
     a run that stopped early stays stopped."""
     common = ("train", "configs/tiny.yaml", "train.eval_every=2")
     extended, straight, stopped = tmp_path / "extended", tmp_path / "straight", tmp_path / "stopped"
-    assert run_in_process(*common, f"run.dir={extended}", "train.max_steps=4").returncode == 0
+    at_limit = run_in_process(*common, f"run.dir={extended}", "train.max_steps=4", "--json")
+    assert at_limit.returncode == 0 and json.loads(at_limit.stdout)["early_stopped"] is False
     assert run_in_process(*common, f"run.dir={extended}", "train.max_steps=8").returncode == 0
     assert run_in_process(*common, f"run.dir={straight}", "train.max_steps=8").returncode == 0
     valid = {
@@ -87,6 +91,8 @@ def test_a_larger_limit_extends_a_finished_run_and_early_stopping_is_final(tmp_p
     before = (stopped / "metrics.jsonl").read_text()
     assert run_in_process(*common, f"run.dir={stopped}", "train.max_steps=80", *early).returncode == 0
     assert (stopped / "metrics.jsonl").read_text() == before
+    again = run_in_process(*common, f"run.dir={stopped}", "train.max_steps=80", *early, "--json")
+    assert json.loads(again.stdout)["early_stopped"] is True  # a resumed, spent run still says why it ended
 
 
 def test_bf16_autocast_trains(tmp_path):

@@ -451,7 +451,14 @@ class Trainer:
         if progress is not None:
             progress.close()
         self.metrics.close()
-        return {"step": self.step, "epoch": self.epoch, "best_valid_loss": self.best_valid, "elapsed": self.elapsed}
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "best_valid_loss": self.best_valid,
+            "elapsed": self.elapsed,
+            # why it ended: a driver that extends runs must tell a spent patience (final) from a limit
+            "early_stopped": self.done,
+        }
 
     def _restore_best_weights(self) -> None:
         """A plateau decay with ``optim.plateau_restore_best``: the weights of the best evaluation so
