@@ -3,11 +3,12 @@ and print the markdown table of docs/results.md (paper numbers beside ours).
 
     python experiments/smim_ptb_table2.py --runs runs/smim-ptb-cpu --seeds 0 --samples 20 --sentences 1000
 
-For each seed, sMIM / sVAE / AE are scored on the first ``--sentences`` PTB test sentences with
-``infolm.evaluation.latent_report`` (IWAE-K bound with the model's prior, KL, MI, active units,
-BLEU-1 of greedy reconstructions, Kraskov entropy of the codes, and MELBO apart); the sentence LSTM
-LM on the same sentences with its task's evaluation. Each run's report is saved as
-``<run>/report-test.json``; an existing report is reused.
+For each seed, sMIM / sVAE / AE are scored on the first ``--sentences`` PTB test sentences (0: all
+of them) with ``infolm.evaluation.latent_report`` (IWAE-K bound with the model's prior, KL, MI,
+active units, BLEU-1 of greedy reconstructions, Kraskov entropy of the codes, and MELBO apart); the
+sentence LSTM LM on the same sentences with its task's evaluation. Each run's report is saved as
+``<run>/report-test-iwae<K>-<N>.json`` (``<run>/report-test-<N>.json`` for the LM; N is ``all`` for
+the whole split) and reused only for the same K and N.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ PAPER = {  # Table 2 (PTB, latent 16), Table 6 (entropy, 16D) and Table 7 (BLEU-
 }
 
 
+def report_path(run: Path, sentences: int, samples: int | None = None) -> Path:
+    """Where a run's test report for these settings is kept (``samples``: None for the LM's exact score)."""
+    scope = str(sentences) if sentences else "all"
+    return run / (f"report-test-{scope}.json" if samples is None else f"report-test-iwae{samples}-{scope}.json")
+
+
 def latent_run_report(run: Path, samples: int, sentences: int) -> dict[str, Any]:
     from infolm.build import load_run
     from infolm.evaluation.latent_report import latent_report
@@ -51,7 +58,7 @@ def latent_run_report(run: Path, samples: int, sentences: int) -> dict[str, Any]
 
     config, corpus, model = load_run(run, "cpu", full_splits=True)
     deterministic = deterministic_latent(config.objective)
-    saved = run / "report-test.json"
+    saved = report_path(run, sentences, samples)
     if saved.exists():
         report = dict(json.loads(saved.read_text()))
         if bool(report["bounds"].get("deterministic")) == deterministic:  # else: an older report's format
@@ -63,27 +70,34 @@ def latent_run_report(run: Path, samples: int, sentences: int) -> dict[str, Any]
         samples=samples,
         chunk=max(1, min(samples, 10)),
         batch_size=20,
-        max_sentences=sentences,
+        max_sentences=sentences or None,
         mode="mean" if deterministic else "sample",
         melbo=True,
         deterministic=deterministic,
     )
-    saved.write_text(json.dumps(report))
+    write_atomically(saved, report)
     return report
+
+
+def write_atomically(path: Path, report: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report))
+    tmp.replace(path)
 
 
 def lm_run_report(run: Path, sentences: int) -> dict[str, Any]:
     from infolm.build import build_task, load_run
 
-    saved = run / "report-test.json"
+    saved = report_path(run, sentences)
     if saved.exists():
         return dict(json.loads(saved.read_text()))
     config, corpus, model = load_run(run, "cpu", full_splits=True)
     offsets = corpus.sentence_offsets("test")
-    corpus = corpus.truncated("test", int(offsets[min(sentences, len(offsets) - 1)]))
+    if sentences and sentences < len(offsets):
+        corpus = corpus.truncated("test", int(offsets[sentences]))
     metrics = build_task(config, corpus).evaluate(model, "test")
     report = {"split": "test", "sentences": int(metrics.values["sentences"]), "values": metrics.values}
-    saved.write_text(json.dumps(report))
+    write_atomically(saved, report)
     return report
 
 
@@ -107,8 +121,10 @@ def main() -> None:
     parser.add_argument("--runs", default="runs/smim-ptb-cpu")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--samples", type=int, default=20, help="K of the IWAE bound")
-    parser.add_argument("--sentences", type=int, default=1000, help="first N test sentences")
+    parser.add_argument("--sentences", type=int, default=1000, help="first N test sentences (0: all)")
     args = parser.parse_args()
+    if args.samples < 1 or args.sentences < 0:
+        raise SystemExit(f"--samples must be at least 1 and --sentences 0 or more: {args.samples}, {args.sentences}")
     seeds = [int(s) for s in args.seeds.split(",")]
     root = Path(args.runs)
     rows = []

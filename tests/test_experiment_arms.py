@@ -315,3 +315,16 @@ def test_fig5_nll_at_equal_mi_interpolates_along_the_frontier() -> None:
     diverged = [*elbo, (float("nan"), float("nan")), (2.0, float("inf"))]  # a diverged run is no point
     assert module.nll_at_mi(diverged, [2.0, 5.0]) == module.nll_at_mi(elbo, [2.0, 5.0])
     assert module.nll_at_mi([(1.5, 7.0)], [1.5, 1.0]) == [7.0, None]  # one point: only at its own MI
+
+
+def test_smim_table_reuses_a_report_only_for_the_settings_it_was_computed_with(tmp_path: Path) -> None:
+    module = experiment("smim_ptb_table2")
+    paths = {
+        module.report_path(tmp_path, 1000, 20),
+        module.report_path(tmp_path, 1000, 500),
+        module.report_path(tmp_path, 0, 500),
+        module.report_path(tmp_path, 1000),
+        module.report_path(tmp_path, 0),
+    }
+    assert len(paths) == 5
+    assert module.report_path(tmp_path, 0, 500).name == "report-test-iwae500-all.json"
