@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -48,6 +49,17 @@ def test_rerun_of_a_finished_run_changes_nothing(tmp_path):
     before = (tmp_path / "metrics.jsonl").read_text()
     assert run_cli(*args).returncode == 0
     assert (tmp_path / "metrics.jsonl").read_text() == before
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_its_log_afresh(tmp_path):
+    args = ("train", "configs/tiny.yaml", f"run.dir={tmp_path}", "train.max_steps=4", "train.eval_every=2")
+    args += ("train.log_every=1",)
+    assert run_in_process(*args).returncode == 0
+    first = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")]
+    shutil.rmtree(tmp_path / "checkpoints")  # as if killed before any checkpoint was written
+    assert run_in_process(*args).returncode == 0
+    again = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert again == first and len(first) == 6  # the same records, once: the earlier attempt's are gone
 
 
 def test_early_stopping(tmp_path):

@@ -403,6 +403,8 @@ class Trainer:
         resumed = self.resume()
         if not resumed:
             seed_everything(self.config.run.seed + 1000 * self.rank)
+            # a start from scratch: records of an earlier attempt killed before its first checkpoint go
+            self.metrics.truncate(0)
         progress = self._progress()
         window_tokens = 0
         tick = time.perf_counter()
