@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 
 import torch
-from allocator_flag import add_allocator_flag, apply_allocator_flag
+from process_flags import add_process_flags, apply_process_flags
 from timing import interleaved  # benchmarks/timing.py, beside this script
 from torch import nn
 
@@ -58,12 +58,9 @@ def main() -> None:
     parser.add_argument("--backends", default="fused", help="comma-separated: fused, eager")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--stat", choices=("min", "median"), default="min", help="statistic over the repeats")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    add_allocator_flag(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_process_flags(parser, threads=1)
     args = parser.parse_args()
-    apply_allocator_flag(args)
-    torch.set_num_threads(args.threads)
+    apply_process_flags(args)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     sizes = [
         measure(h, args.batch, args.steps, args.rounds, args.rank, backends, args.repeats, args.stat)

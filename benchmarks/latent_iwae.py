@@ -15,7 +15,7 @@ import statistics
 import time
 
 import torch
-from allocator_flag import add_allocator_flag, apply_allocator_flag
+from process_flags import add_process_flags, apply_process_flags
 from report import print_result  # benchmarks/report.py, beside this script
 
 from infolm.config import DataConfig
@@ -50,13 +50,9 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--latent", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
-    parser.add_argument("--json", action="store_true")
-    add_allocator_flag(parser)
+    add_process_flags(parser)
     args = parser.parse_args()
-    apply_allocator_flag(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_process_flags(args)
     torch.manual_seed(0)
     corpus = load_corpus(DataConfig(name="ptb"))
     config = SentenceGRUConfig(emb=args.emb, hidden=args.hidden, latent=args.latent)

@@ -22,8 +22,8 @@ import copy
 from collections.abc import Callable
 
 import torch
-from allocator_flag import add_allocator_flag, apply_allocator_flag
 from mc_objectives import ptb_sentences
+from process_flags import add_process_flags, apply_process_flags
 from report import print_result  # benchmarks/report.py and timing.py, beside this script
 from timing import interleaved
 
@@ -70,13 +70,9 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.3, help="input and output dropout of both models")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--stat", default="min", choices=("min", "median"))
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave the default)")
-    parser.add_argument("--json", action="store_true")
-    add_allocator_flag(parser)
+    add_process_flags(parser, threads=1)
     args = parser.parse_args()
-    apply_allocator_flag(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_process_flags(args)
     torch.manual_seed(0)
     tokens, lengths, vocab = ptb_sentences(args.batch, args.max_len)
     settings = {

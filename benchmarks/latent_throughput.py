@@ -21,7 +21,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from allocator_flag import add_allocator_flag, apply_allocator_flag
+from process_flags import add_process_flags, apply_process_flags
 from report import print_result  # benchmarks/report.py, beside this script
 from torch import Tensor, nn
 
@@ -80,13 +80,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--blocks", type=int, default=10, help="timed blocks of each loop (after one warm-up block)")
     parser.add_argument("--block-steps", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    add_allocator_flag(parser)
-    parser.add_argument("--json", action="store_true")
+    add_process_flags(parser)
     args = parser.parse_args()
-    apply_allocator_flag(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_process_flags(args)
     with tempfile.TemporaryDirectory() as run_dir:
         overrides = [
             "task.name=sentence-latent",

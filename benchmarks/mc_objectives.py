@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from allocator_flag import add_allocator_flag, apply_allocator_flag
+from process_flags import add_process_flags, apply_process_flags
 from report import print_result  # benchmarks/report.py, beside this script
 
 from infolm.config import DataConfig
@@ -61,13 +61,9 @@ def main() -> None:
     parser.add_argument("--eval-samples", type=int, default=100, help="K of the IWAE evaluation (thesis: 100)")
     parser.add_argument("--chunk", type=int, default=25, help="draws per folded evaluation pass")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
-    parser.add_argument("--json", action="store_true")
-    add_allocator_flag(parser)
+    add_process_flags(parser)
     args = parser.parse_args()
-    apply_allocator_flag(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_process_flags(args)
     torch.manual_seed(0)
     if args.model == "latent-sentence-lstm":
         tokens, lengths, vocab = ptb_sentences(args.batch, args.max_len)

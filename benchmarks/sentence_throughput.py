@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from allocator_flag import add_allocator_flag, apply_allocator_flag
+from process_flags import add_process_flags, apply_process_flags
 from report import print_result  # benchmarks/report.py, beside this script
 from torch import nn
 
@@ -76,13 +76,9 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--blocks", type=int, default=20, help="pairs of 10-step blocks")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    add_allocator_flag(parser)
-    parser.add_argument("--json", action="store_true")
+    add_process_flags(parser)
     args = parser.parse_args()
-    apply_allocator_flag(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_process_flags(args)
     with tempfile.TemporaryDirectory() as run_dir:
         overrides = [
             "model.dropout=0",

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from allocator_flag import add_allocator_flag, apply_allocator_flag
+from process_flags import add_process_flags, apply_process_flags
 from report import print_result  # benchmarks/report.py, beside this script
 from torch import nn
 
@@ -178,14 +178,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--eval-tokens", type=int, default=20000)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--interleave", type=int, default=0, help="also alternate N blocks of 10 steps of each")
-    add_allocator_flag(parser)
-    parser.add_argument("--json", action="store_true")
+    add_process_flags(parser)
     args = parser.parse_args()
-    apply_allocator_flag(args)  # before the plain loop too: both loops run with the same allocator
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_process_flags(args)  # before the plain loop too: both loops run with the same allocator
     corpus = load_corpus(load_config(None).data)
     plain = plain_loop(corpus, args) if args.model == "lstm" else None
     train_rate, eval_rate, ppl, trainer = infolm_run(corpus, args, "fp32")
