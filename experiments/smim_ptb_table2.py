@@ -59,7 +59,7 @@ def latent_run_report(run: Path, samples: int, sentences: int) -> dict[str, Any]
     config, corpus, model = load_run(run, "cpu", full_splits=True)
     deterministic = deterministic_latent(config.objective)
     saved = report_path(run, sentences, samples)
-    if saved.exists():
+    if fresh(saved, run):
         report = dict(json.loads(saved.read_text()))
         if bool(report["bounds"].get("deterministic")) == deterministic:  # else: an older report's format
             return report
@@ -79,6 +79,13 @@ def latent_run_report(run: Path, samples: int, sentences: int) -> dict[str, Any]
     return report
 
 
+def fresh(report: Path, run: Path) -> bool:
+    """A cached report is used only if it is newer than the run's log (a run trained further since is
+    scored again)."""
+    log = run / "metrics.jsonl"
+    return report.is_file() and (not log.is_file() or report.stat().st_mtime >= log.stat().st_mtime)
+
+
 def write_atomically(path: Path, report: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(report))
@@ -89,7 +96,7 @@ def lm_run_report(run: Path, sentences: int) -> dict[str, Any]:
     from infolm.build import build_task, load_run
 
     saved = report_path(run, sentences)
-    if saved.exists():
+    if fresh(saved, run):
         return dict(json.loads(saved.read_text()))
     config, corpus, model = load_run(run, "cpu", full_splits=True)
     offsets = corpus.sentence_offsets("test")

@@ -196,7 +196,9 @@ def main() -> None:
         for record in summary["runs"]:
             if "wall_s" not in record and "wall_s" in earlier.get(record["run"], {}):
                 record.update(command=earlier[record["run"]]["command"], wall_s=earlier[record["run"]]["wall_s"])
-    (out / name).write_text(json.dumps(summary, indent=1))
+    tmp = (out / name).with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=1))
+    tmp.replace(out / name)
     for r in summary["runs"]:
         point = f"NLL {r['nll']:.4f}  MI {r['mi']:.3f}  KL {r['kl']:.3f}"
         print(f"{r['figure']:18s} {r['curve']:16s} λ={r['lam']:<5g} {point}")

@@ -173,8 +173,10 @@ def finished(run: Path, cap: int) -> bool:
     Early stopping is the trainer's own word (``early_stopped`` in its summary). Summaries written before
     the trainer reported it are read against the epoch limit the driver recorded (``epochs_limit``), never
     against the run's ``config.yaml``: an extension rewrites that file with the new limit as soon as it
-    starts, so a cut extension would look early-stopped. A summary with neither is not trusted: rerunning
-    a run that did stop early costs only its start (the trainer resumes, finds patience spent, and ends)."""
+    starts, so a cut extension would look early-stopped. Such a summary cannot tell a step limit
+    (``train.max_steps``, which the driver never sets) from early stopping. A summary with neither is not
+    trusted: rerunning a run that did stop early costs only its start (the trainer resumes, finds patience
+    spent, and ends, leaving its log and the scores cached from it as they were)."""
     summary_path = run / "train-summary.json"
     if not summary_path.is_file():
         return False

@@ -59,7 +59,12 @@ def test_a_run_killed_before_its_first_checkpoint_starts_its_log_afresh(tmp_path
     shutil.rmtree(tmp_path / "checkpoints")  # as if killed before any checkpoint was written
     assert run_in_process(*args).returncode == 0
     again = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")]
-    assert again == first and len(first) == 6  # the same records, once: the earlier attempt's are gone
+    assert again == first and len(first) == 6  # the same records, once
+    aside = [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl.attempt-1")]
+    assert aside == first  # the earlier attempt's log is kept beside, never deleted
+    before = (tmp_path / "metrics.jsonl").stat().st_mtime_ns
+    assert run_in_process(*args).returncode == 0  # a finished run resumed: nothing to drop, log untouched
+    assert (tmp_path / "metrics.jsonl").stat().st_mtime_ns == before
 
 
 def test_early_stopping(tmp_path):

@@ -25,14 +25,32 @@ class MetricsLog:
             return sum(1 for _ in handle)
 
     def truncate(self, lines: int) -> None:
-        """Keep the first ``lines`` records (resume drops records written after the checkpoint)."""
+        """Keep the first ``lines`` records (resume drops records written after the checkpoint); a log
+        with nothing to drop is left untouched (its modification time dates the last record)."""
         if not self.enabled or not self.path.exists():
             return
         with open(self.path, "rb") as handle:
-            kept = handle.readlines()[:lines]
+            records = handle.readlines()
+        if len(records) <= lines:
+            return
+        kept = records[:lines]
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_bytes(b"".join(kept))
         tmp.replace(self.path)
+
+    def set_aside(self) -> Path | None:
+        """Rename a non-empty log to ``metrics.jsonl.attempt-N`` (the first free N) so that a run that
+        starts over logs afresh; the renamed path, or None when there was nothing to keep."""
+        if not self.enabled or not self.path.exists():
+            return None
+        if self.path.stat().st_size == 0:
+            self.path.unlink()
+            return None
+        attempt = 1
+        while (aside := self.path.with_name(f"{self.path.name}.attempt-{attempt}")).exists():
+            attempt += 1
+        self.path.replace(aside)
+        return aside
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:

@@ -403,8 +403,9 @@ class Trainer:
         resumed = self.resume()
         if not resumed:
             seed_everything(self.config.run.seed + 1000 * self.rank)
-            # a start from scratch: records of an earlier attempt killed before its first checkpoint go
-            self.metrics.truncate(0)
+            # a start from scratch: the log of an earlier attempt with no loadable checkpoint is set aside,
+            # not appended to (its steps would be logged twice) and not deleted (it may be all that is left)
+            self.metrics.set_aside()
         progress = self._progress()
         window_tokens = 0
         tick = time.perf_counter()
