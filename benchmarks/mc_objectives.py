@@ -6,10 +6,10 @@
 Training: one optimizer step (draws, one folded decoder pass, surrogate, backward, Adam) of the KL
 objective for K = 1, 4, 16, with DReG for Gaussian latents and VIMCO (REINFORCE at K = 1) for
 categorical ones; ``ratio_to_k1`` is the step time over K = 1's, to compare with the K = 16
-separate K = 1 steps a loop over draws would take (ratio 16). Also IWAE-16 against DReG-16 (DReG's
-extra vector-Jacobian product through the decoder). Evaluation: the IWAE-K bound (default K = 100)
-with the draws folded into ``--chunk``-draw decoder passes against K separate one-draw passes, after
-checking both give the same ln p(x|z).
+separate K = 1 steps a loop over draws would take (ratio 16). Also IWAE-16 against DReG-16 (the
+same backward passes, DReG's per-draw rescaling of the gradient on z aside). Evaluation: the IWAE-K
+bound (default K = 100) with the draws folded into ``--chunk``-draw decoder passes against K separate
+one-draw passes, after checking both give the same ln p(x|z).
 """
 
 from __future__ import annotations

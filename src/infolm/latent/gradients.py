@@ -18,6 +18,7 @@ loss that is logged is the objective that is estimated.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -80,6 +81,36 @@ def objective_surrogate(
     raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
 
 
+class _GradientScale:
+    """The per-draw factor (K, B) that ``_ScaleGradient`` applies; set after the forward pass, once
+    the coefficients (which need ln p(x|z)'s value) are known."""
+
+    factor: Tensor | None = None
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """Identity on z (K, B, ...); the gradient reaching z is multiplied per draw by ``scale.factor``."""
+
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, scale: _GradientScale) -> Tensor:
+        ctx.scale = scale
+        return z.view_as(z)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        factor = ctx.scale.factor
+        if factor is None:
+            raise RuntimeError("the DReG gradient scale was never set")
+        return grad * factor.reshape(factor.shape + (1,) * (grad.dim() - factor.dim())), None
+
+
+def _ratio_is_safe(d_h: Tensor, path_h: Tensor) -> bool:
+    """path_h / d_h can rescale the decoder's gradient on z: every d_h is far from subnormal, or its
+    path_h is 0 too (a draw whose weight underflowed)."""
+    smallest = torch.finfo(d_h.dtype).tiny / torch.finfo(d_h.dtype).eps
+    return bool(((d_h.abs() >= smallest) | (path_h == 0)).all())
+
+
 def _dreg(
     model: LatentVariableModel,
     tokens: Tensor,
@@ -91,20 +122,33 @@ def _dreg(
 ) -> SurrogateOutput:
     """Decoder: Σ_i ∂Ô/∂h_i ln p(x|z_i) at fixed z; encoder: Σ_i (path_h ∂h_i/∂z_i + path_r ∂r_i/∂z_i) ∂z_i/∂φ.
 
-    The decoder runs once on a detached copy of z; the per-draw ∂h_i/∂z_i weighted by path_h comes
-    from one vector-Jacobian product through that pass (h_i depends on z_i alone), then re-enters
-    the encoder's graph through <g, z>. r is evaluated on the live z with q's parameters stopped.
+    θ and φ need the decoder's backward under different per-draw weights (d_h = ∂Ô/∂h and path_h).
+    The draws are independent rows of the folded decoder, so the gradient that its backward leaves on
+    z_i is linear in draw i's weight alone: one backward weighted by d_h gives θ's gradient, and
+    multiplying what reaches z_i by path_h_i / d_h_i gives the encoder's (``_ScaleGradient``). Where
+    that ratio is not safe (some d_h_i zero or subnormal while path_h_i is not), nothing reaches z
+    through the decoder's backward; path_h's Σ_i path_h_i ∂h_i/∂z_i comes instead from a separate
+    vector-Jacobian product and re-enters the encoder's graph through <g, z>. Both give the same
+    gradient (tested); the first saves a backward pass through the decoder. r is evaluated on the live
+    z with q's parameters stopped.
     """
-    z_decoder = z.detach().requires_grad_(True)
-    h = model.log_likelihood(tokens, lengths, z_decoder)  # (K, B): θ and z_decoder only
+    scale = _GradientScale()
+    differentiate = torch.is_grad_enabled() and z.requires_grad
+    z_decoder = _ScaleGradient.apply(z, scale) if differentiate else z
+    h = model.log_likelihood(tokens, lengths, z_decoder)  # (K, B): θ, and φ through z_decoder
     log_prior, log_posterior = p.log_prob(z), detach_distribution(q).log_prob(z)  # φ via z only
     log_ratio = log_prior - log_posterior
     value = objective_value(objective, h.detach(), log_ratio.detach())
     coefficients = dreg_coefficients(objective, h.detach(), log_ratio.detach())
     surrogate = (coefficients.d_h * h).sum(0) + (coefficients.path_r * log_ratio).sum(0)
-    if torch.is_grad_enabled() and h.requires_grad:
-        (path,) = torch.autograd.grad(h, z_decoder, grad_outputs=coefficients.path_h, retain_graph=True)
-        surrogate = surrogate + (path * z).flatten(2).sum(-1).sum(0)  # Σ_i path_h_i ∂h_i/∂z_i · z_i
+    if differentiate and h.requires_grad:
+        d_h, path_h = coefficients.d_h, coefficients.path_h
+        if _ratio_is_safe(d_h, path_h):
+            scale.factor = torch.where(d_h != 0, path_h / torch.where(d_h != 0, d_h, 1.0), 0.0)
+        else:
+            scale.factor = torch.zeros_like(d_h)
+            (path,) = torch.autograd.grad(h, z_decoder, grad_outputs=path_h, retain_graph=True)
+            surrogate = surrogate + (path.detach() * z).flatten(2).sum(-1).sum(0)  # Σ_i path_h_i ∂h_i/∂z_i · z_i
     surrogate = surrogate - surrogate.detach() + value
     return SurrogateOutput(surrogate, value, _detached(z, h, log_prior, log_posterior, analytic_kl(q, p)))
 
