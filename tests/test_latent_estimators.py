@@ -240,10 +240,11 @@ def test_pathwise_estimators_are_unbiased_for_the_reparameterized_gradient(estim
     [kl_objective(0.0, 8, 8), kl_objective(0.7, 8, 8), renyi_objective(0.5, 2.0, 8, 8), kl_objective(0.5, 8, 1)],
     ids=["iwae-8", "kl-8", "renyi-8", "kl-8/1"],
 )
-@pytest.mark.parametrize("model_name", ["linear-gaussian", "latent-sentence-lstm"])
+@pytest.mark.parametrize("model_name", ["linear-gaussian", "latent-sentence-lstm", "latent-sentence-lstm-dropout"])
 def test_dreg_in_one_backward_equals_dreg_with_a_separate_decoder_pass(objective, model_name, monkeypatch) -> None:
     """DReG's encoder gradient by rescaling, per draw, what the decoder's one backward leaves on z equals
-    the one formed by a separate vector-Jacobian product for path_h (the rule's fallback)."""
+    the one formed by a separate vector-Jacobian product for path_h (the rule's fallback); with dropout
+    too (input, output and recurrent-state masks: one forward pass in both routes, the same seed)."""
     import infolm.latent.gradients as gradients
     from infolm.models import MODELS
 
@@ -251,9 +252,11 @@ def test_dreg_in_one_backward_equals_dreg_with_a_separate_decoder_pass(objective
         model, x, lengths = LinearGaussian(), data(), torch.ones(3)
     else:
         torch.manual_seed(0)
-        settings = {"latent": "gaussian", "embedding": 8, "hidden": 8, "latent_size": 3}
+        settings: dict[str, object] = {"latent": "gaussian", "embedding": 8, "hidden": 8, "latent_size": 3}
+        if model_name.endswith("dropout"):
+            settings.update(dropout_input=0.3, dropout_output=0.3, dropout_state=0.3, shared_dropout_mask=False)
         model = MODELS.build("latent-sentence-lstm", settings, vocab_size=11)
-        model.eval()  # no dropout: both routes see the same function
+        model.train(model_name.endswith("dropout"))
         x = torch.randint(1, 11, (3, 6))
         lengths = torch.tensor([6, 4, 2])
 
