@@ -327,6 +327,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     candidates: list[str] = []
+    per_seed: list[str] = []  # each chosen run's scores, and each LM run's
     for arm in ARMS:
         chosen: list[tuple[int, Path]] = []
         for seed, found in sorted(runs[arm].items()):
@@ -348,6 +349,11 @@ def cmd_table(args: argparse.Namespace) -> None:
         test = [score(run, "test", args.test_samples, run / f"eval-test-iwae{args.test_samples}.json")
                 for _, run in chosen]  # fmt: skip
         done = sum(finished(run, cap) for _, run in chosen)
+        per_seed += [
+            f"{run.name}: valid NLL {v['nll']:.4f}, test ppl {t['ppl']:.2f}, NLL {t['nll']:.4f}, "
+            f"KL per token {per_token_kl(t):.4f}"
+            for (_, run), v, t in zip(chosen, valid, test)
+        ]
         settings = [RUN_NAME.match(run.name) for _, run in chosen]
         lams = ", ".join(
             f"{m['lam']}" + (f" (α {m['alpha']})" if m["alpha"] else "") for m in settings if m is not None
@@ -368,6 +374,10 @@ def cmd_table(args: argparse.Namespace) -> None:
         lm_valid = [score(run, "valid", None, run / "eval-valid.json") for run in found]
         lm_test = [score(run, "test", None, run / "eval-test.json") for run in found]
         done = sum(finished(run, cap) for run in found)
+        per_seed += [
+            f"{run.name}: valid NLL {v['nll']:.4f}, test ppl {t['ppl']:.2f}, NLL {t['nll']:.4f}"
+            for run, v, t in zip(found, lm_valid, lm_test)
+        ]
         seeds = f"{done} / {len(found) - done}" if own else f"{len(found)} (not this driver's)"
         lines.append(
             f"| {label} | {seeds} | – | {mean_std([v['nll'] for v in lm_valid], 3)} | "
@@ -375,6 +385,8 @@ def cmd_table(args: argparse.Namespace) -> None:
             "– (its plain decoder: VIMCO 1, KL 0.000) |"
         )
     print("\n".join(lines))
+    print("\neach chosen run (and each LM run), as scored for the table:")
+    print("\n".join(f"  {line}" for line in per_seed))
     print("\nevery candidate's best validation bound per token, as logged in training (task.valid_samples draws):")
     print("\n".join(f"  {line}" for line in candidates))
 

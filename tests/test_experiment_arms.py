@@ -328,3 +328,37 @@ def test_smim_table_reuses_a_report_only_for_the_settings_it_was_computed_with(t
     }
     assert len(paths) == 5
     assert module.report_path(tmp_path, 0, 500).name == "report-test-iwae500-all.json"
+
+
+def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path: Path, capsys) -> None:
+    """``table`` picks each seed's λ by the best logged validation bound and reads the cached scores of
+    that run only (no evaluation runs: every score is cached after its log), then lists each chosen run."""
+    import argparse
+
+    module = experiment("thesis_table5_1")
+
+    def run(name: str, valid: list[float], scores: dict[str, dict[str, float]] | None) -> None:
+        path = tmp_path / name
+        path.mkdir()
+        rows = [{"step": i, "split": "valid", "loss": loss} for i, loss in enumerate(valid)]
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (path / "train-summary.json").write_text(json.dumps({"epoch": 9, "early_stopped": True}))
+        for file, values in (scores or {}).items():
+            (path / file).write_text(json.dumps(values))
+
+    def latent(nll: float, ppl: float) -> dict[str, dict[str, float]]:
+        test = {"nll": nll, "ppl": ppl, "kl": 2.0, "sentences": 10.0, "tokens": 200.0, "active_units": 3.0}
+        return {"eval-valid-iwae100.json": {"nll": nll + 0.1}, "eval-test-iwae500.json": test}
+
+    run("dreg-1-lam0.3-s0", [5.0, 4.9], latent(4.8, 121.5))
+    run("dreg-1-lam0.6-s0", [5.1, 5.0], None)  # worse on validation: never scored
+    run("dreg-1-lam0.6-s1", [4.95, 4.85], latent(4.9, 134.3))
+    lm = {"nll": 4.7, "ppl": 110.0}
+    run("lm-s0", [4.8], {"eval-valid.json": {"nll": 4.75}, "eval-test.json": lm})
+    module.cmd_table(argparse.Namespace(out=str(tmp_path), valid_samples=100, test_samples=500, lm_run=[]))
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| dreg-1 |"))
+    assert "| 2 / 0 | 0.3, 0.6 |" in row and "| 127.9 ± 9.1 |" in row  # test ppl over the two chosen runs
+    assert "dreg-1-lam0.3-s0: valid NLL 4.9000, test ppl 121.50, NLL 4.8000, KL per token 0.1000" in printed
+    assert "lm-s0: valid NLL 4.7500, test ppl 110.00, NLL 4.7000" in printed
+    assert "dreg-1-lam0.6-s0" not in printed.split("each chosen run")[1].split("every candidate")[0]
