@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from infolm.report import format_mean_std as mean_std
+from infolm.training.checkpoint import write_json_atomic
 
 LATENT = {
     "smim": "sMIM (A-MIM)",
@@ -75,7 +76,7 @@ def latent_run_report(run: Path, samples: int, sentences: int) -> dict[str, Any]
         melbo=True,
         deterministic=deterministic,
     )
-    write_atomically(saved, report)
+    write_json_atomic(saved, report)
     return report
 
 
@@ -84,12 +85,6 @@ def fresh(report: Path, run: Path) -> bool:
     scored again)."""
     log = run / "metrics.jsonl"
     return report.is_file() and (not log.is_file() or report.stat().st_mtime >= log.stat().st_mtime)
-
-
-def write_atomically(path: Path, report: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report))
-    tmp.replace(path)
 
 
 def lm_run_report(run: Path, sentences: int) -> dict[str, Any]:
@@ -104,7 +99,7 @@ def lm_run_report(run: Path, sentences: int) -> dict[str, Any]:
         corpus = corpus.truncated("test", int(offsets[sentences]))
     metrics = build_task(config, corpus).evaluate(model, "test")
     report = {"split": "test", "sentences": int(metrics.values["sentences"]), "values": metrics.values}
-    write_atomically(saved, report)
+    write_json_atomic(saved, report)
     return report
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from infolm.latent.pareto import frontier as pareto_frontier
+from infolm.training.checkpoint import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIMUM = math.log(1000)
@@ -196,9 +197,7 @@ def main() -> None:
         for record in summary["runs"]:
             if "wall_s" not in record and "wall_s" in earlier.get(record["run"], {}):
                 record.update(command=earlier[record["run"]]["command"], wall_s=earlier[record["run"]]["wall_s"])
-    tmp = (out / name).with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=1))
-    tmp.replace(out / name)
+    write_json_atomic(out / name, summary)
     for r in summary["runs"]:
         point = f"NLL {r['nll']:.4f}  MI {r['mi']:.3f}  KL {r['kl']:.3f}"
         print(f"{r['figure']:18s} {r['curve']:16s} λ={r['lam']:<5g} {point}")
