@@ -22,7 +22,7 @@ batch, optimizer, schedule, stopping, dropouts and init (``lm_overrides``), once
 
     OMP_NUM_THREADS=1 python experiments/thesis_table5_1.py train --out runs/thesis-table5-1 \
         --arms lm dreg-1 vimco-1 --lams 0.3 --seeds 0 --jobs 2
-    python experiments/thesis_table5_1.py table --out runs/thesis-table5-1
+    python experiments/thesis_table5_1.py table --out runs/thesis-table5-1 --png docs/img/thesis_table5_1_valid.png
 
 Rerunning ``train`` resumes cut runs (``infolm train`` resumes its run directory) and skips finished
 ones; ``--deadline-s`` stops what still trains (a cut run is marked so in the table). Scores are
@@ -283,6 +283,45 @@ def best_valid(run: Path) -> float | None:
     return min(finite) if finite else None
 
 
+def valid_curve(run: Path) -> list[tuple[int, float, float | None]]:
+    """(epoch, validation perplexity, KL per sentence or None) of each validation record in the run's log:
+    the latent arms' IWAE-``task.valid_samples`` bound, the LM's exact perplexity."""
+    return [
+        (int(r["epoch"]) + 1, float(r["ppl"]), float(r["kl"]) if "kl" in r else None)
+        for r in read_jsonl(run / "metrics.jsonl")
+        if r.get("split") == "valid" and "ppl" in r
+    ]
+
+
+def plot_curves(curves: dict[str, list[tuple[int, float, float | None]]], path: Path) -> None:
+    """Validation perplexity and KL per sentence against the epoch, a line per run (colour: arm; style: seed)."""
+    from infolm.evaluation.plots import new_figure, save_figure
+
+    fig, (ppl_axis, kl_axis) = new_figure(ncols=2)
+    palette = ["black", "tab:blue", "tab:cyan", "tab:purple", "tab:red", "tab:orange", "tab:brown"]
+    colors = dict(zip([LM, *ARMS], palette))
+    styles = ["-", "--", ":", "-."]
+    for name, curve in sorted(curves.items()):
+        match = RUN_NAME.match(name) or LM_RUN_NAME.match(name)
+        arm = match.groupdict().get("arm", LM) if match else ""
+        seed = int(match["seed"]) if match else 0
+        style = {"color": colors.get(arm, "grey"), "linestyle": styles[seed % len(styles)], "linewidth": 1}
+        epochs = [epoch for epoch, _, _ in curve]
+        ppl_axis.plot(epochs, [ppl for _, ppl, _ in curve], label=name, **style)
+        kls = [(epoch, kl) for epoch, _, kl in curve if kl is not None]
+        if kls:
+            kl_axis.plot([e for e, _ in kls], [kl for _, kl in kls], label=name, **style)
+    ppl_axis.set_xlabel("epoch")
+    ppl_axis.set_ylabel("valid perplexity per token (latent: IWAE bound)")
+    ppl_axis.set_yscale("log")
+    ppl_axis.legend(fontsize=6)
+    ppl_axis.set_title("Table 5.1 runs, PTB sentences, hidden 128")
+    kl_axis.set_xlabel("epoch")
+    kl_axis.set_ylabel("KL(q(z|x) || p(z)) per sentence (nats)")
+    kl_axis.legend(fontsize=6)
+    save_figure(fig, path)
+
+
 def score(run: Path, split: str, samples: int | None, path: Path) -> dict[str, Any]:
     """``infolm evaluate`` of the run's best checkpoint, cached in ``path``."""
     log = run / "metrics.jsonl"
@@ -389,6 +428,16 @@ def cmd_table(args: argparse.Namespace) -> None:
     print("\n".join(f"  {line}" for line in per_seed))
     print("\nevery candidate's best validation bound per token, as logged in training (task.valid_samples draws):")
     print("\n".join(f"  {line}" for line in candidates))
+    curves = {run.name: valid_curve(run) for found in runs.values() for seeds in found.values() for run in seeds}
+    curves.update({run.name: valid_curve(run) for run in lm_runs})
+    print("\nvalidation perplexity per epoch (latent arms: the IWAE bound of task.valid_samples draws; LM: exact),")
+    print("and for the latent arms the KL per sentence:")
+    for name, curve in sorted(curves.items()):
+        print(f"  {name}: " + ", ".join(f"{ppl:.1f}" for _, ppl, _ in curve))
+        if any(kl is not None for _, _, kl in curve):
+            print(f"  {name} KL: " + ", ".join("–" if kl is None else f"{kl:.3f}" for _, _, kl in curve))
+    if args.png:
+        plot_curves(curves, Path(args.png))
 
 
 def main() -> None:
@@ -411,6 +460,7 @@ def main() -> None:
     p.add_argument("--valid-samples", type=int, default=100, help="IWAE-K of the reported valid NLL (thesis: 100)")
     p.add_argument("--test-samples", type=int, default=500, help="IWAE-K on test (thesis: 500)")
     p.add_argument("--lm-run", nargs="*", default=[], help="other sentence LM runs, a row each")
+    p.add_argument("--png", default="", help="write every run's validation curves here")
     p.set_defaults(func=cmd_table)
     args = parser.parse_args()
     args.func(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import shlex
 import subprocess
 import sys
@@ -340,7 +341,11 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
     def run(name: str, valid: list[float], scores: dict[str, dict[str, float]] | None) -> None:
         path = tmp_path / name
         path.mkdir()
-        rows = [{"step": i, "split": "valid", "loss": loss} for i, loss in enumerate(valid)]
+        rows = [
+            {"step": i, "epoch": i, "split": "valid", "loss": loss, "ppl": math.exp(loss)}
+            | ({} if name.startswith("lm") else {"kl": 0.5 * i})
+            for i, loss in enumerate(valid)
+        ]
         (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (path / "train-summary.json").write_text(json.dumps({"epoch": 9, "early_stopped": True}))
         for file, values in (scores or {}).items():
@@ -355,10 +360,16 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
     run("dreg-1-lam0.6-s1", [4.95, 4.85], latent(4.9, 134.3))
     lm = {"nll": 4.7, "ppl": 110.0}
     run("lm-s0", [4.8], {"eval-valid.json": {"nll": 4.75}, "eval-test.json": lm})
-    module.cmd_table(argparse.Namespace(out=str(tmp_path), valid_samples=100, test_samples=500, lm_run=[]))
+    png = tmp_path / "curves.png"
+    arguments = argparse.Namespace(out=str(tmp_path), valid_samples=100, test_samples=500, lm_run=[], png=str(png))
+    module.cmd_table(arguments)
     printed = capsys.readouterr().out
     row = next(line for line in printed.splitlines() if line.startswith("| dreg-1 |"))
     assert "| 2 / 0 | 0.3, 0.6 |" in row and "| 127.9 ± 9.1 |" in row  # test ppl over the two chosen runs
     assert "dreg-1-lam0.3-s0: valid NLL 4.9000, test ppl 121.50, NLL 4.8000, KL per token 0.1000" in printed
     assert "lm-s0: valid NLL 4.7500, test ppl 110.00, NLL 4.7000" in printed
     assert "dreg-1-lam0.6-s0" not in printed.split("each chosen run")[1].split("every candidate")[0]
+    curves = printed.split("validation perplexity per epoch")[1]  # every run's curve, from its log
+    assert "  dreg-1-lam0.6-s0: 164.0, 148.4\n  dreg-1-lam0.6-s0 KL: 0.000, 0.500\n" in curves
+    assert "  lm-s0: 121.5\n" in curves and "lm-s0 KL" not in curves
+    assert png.stat().st_size > 0
