@@ -9,8 +9,10 @@ AWD-LSTM-MoS of those configs) under one of two budgets:
   epoch, on the first 20,000 validation tokens (the paper validates once an epoch over 1000 epochs; at
   our 12-minute epochs that would put the switch 6 epochs after the best loss). The run ends by early
   stopping or at 15 epochs. The trigger fires up to 6 validations after the best loss, so early
-  stopping waits for 14 validations without a better loss: a run always has 8 validations (about two
-  epochs) after the switch. ``optim.average.latest`` is off: the switch is the NT-ASGD condition
+  stopping waits for 14 validations without a better loss: a run that stops early has 8 validations
+  (about two epochs) after the switch. A run that reaches 15 epochs with fewer (its averaged weights
+  still improving after a late switch, or no switch at all) is extended by 5 epochs at a time, up to
+  40, until it has them. ``optim.average.latest`` is off: the switch is the NT-ASGD condition
   alone, as Merity et al. (the thesis's 80% rule is not BMI's).
 * ``smoke``: 100 steps, switch at step 50 (the earlier table; it shows that the code runs, nothing more).
 
@@ -78,13 +80,13 @@ class Budget:
     reverse: dict[str, Any]  # ReversePPLConfig fields of the fresh LM
     mi: dict[str, Any]  # MIEstimatorConfig fields
     full_splits: bool  # score all of valid and test (else the configs' prefixes)
+    epochs: int | None = None  # the first epoch limit (None: a step budget, never extended)
 
 
 BUDGETS = {
     "converged": Budget(
         train=[
             "train.max_steps=null",
-            "train.epochs=15",
             # about a quarter epoch: 929,589 training tokens / (batch 12 x ~33.6, the mean of the variable
             # bptt after truncation) = ~2,300 steps per epoch
             "train.eval_every=550",
@@ -100,6 +102,7 @@ BUDGETS = {
         reverse={"lm": {"name": "lstm", "emb": 128, "hidden": 128, "layers": 1, "dropout": 0.2}, "epochs": 3},
         mi={"steps": 1000},  # 10 folds as the paper; at most 1000 critic updates per fold (library: 2000)
         full_splits=True,
+        epochs=15,
     ),
     "smoke": Budget(
         train=["train.max_steps=100", "train.eval_every=0", "optim.average.nonmono=0", "optim.average.start=50"],
@@ -124,9 +127,37 @@ def train_command(out: Path, arm: str, seed: int, budget: Budget, extra: list[st
         "train.progress=false",
         *budget.train,
     ]
+    if budget.epochs is not None:
+        command.append(f"train.epochs={budget.epochs}")
     if arm == "full":
         command += budget.full_phase2
     return command + list(extra or [])
+
+
+POST_SWITCH_VALIDATIONS = 8  # validations a run keeps after its averaging switch (about two epochs)
+MORE_EPOCHS, MAX_EPOCHS = 5, 40  # a run short of them is extended by 5 epochs at a time, up to 40
+
+
+def validations_after_switch(records: list[dict[str, Any]]) -> int:
+    """Validations at or after the first averaged step (0: the switch never came)."""
+    switch = switch_step(records)
+    if switch is None:
+        return 0
+    return sum(1 for r in records if r.get("split") == "valid" and int(r["step"]) >= switch)
+
+
+def extended_limit(summary: dict[str, Any], records: list[dict[str, Any]], epochs: int) -> int | None:
+    """The next epoch limit for a run that ended at ``epochs`` (not by early stopping) with fewer than
+    ``POST_SWITCH_VALIDATIONS`` validations after its averaging switch; None when the run is done.
+
+    Early stopping waits for 14 validations without a better loss, so a run that stops early has 8 after
+    its switch; one whose averaged weights keep improving runs to the epoch limit instead, and a switch
+    late in the run (or none) would leave BMI-full's Phase II a few validations or none."""
+    if summary.get("early_stopped") or epochs >= MAX_EPOCHS:
+        return None
+    if validations_after_switch(records) >= POST_SWITCH_VALIDATIONS:
+        return None
+    return min(epochs + MORE_EPOCHS, MAX_EPOCHS)
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -183,7 +214,7 @@ def score_run(run_dir: Path, seed: int, budget: Budget) -> dict[str, Any]:
 
 def score_real(out: Path, seed: int, budget: Budget) -> dict[str, Any]:
     """MI and reverse perplexity of ``gen_tokens`` real training tokens (the 'Real Data' row)."""
-    _, corpus, _ = load_run(out / f"baseline-s{seed}", "cpu")
+    _, corpus, _ = load_run(out / f"baseline-s{seed}", "cpu", full_splits=budget.full_splits)  # as the arms
     start = seed * budget.gen_tokens % max(1, corpus.stream("train").numel() - budget.gen_tokens)
     real = corpus.stream("train")[start : start + budget.gen_tokens]  # a different slice per seed
     mi = estimate_segment_mi(real, len(corpus.vocab), MIEstimatorConfig(seed=seed, **budget.mi))
@@ -226,7 +257,27 @@ def cmd_train(args: argparse.Namespace) -> None:
             shown = "OMP_NUM_THREADS=1 infolm " + shlex.join(command[3:])
             print(shown, flush=True)
             tick = time.perf_counter()
-            subprocess.run(command, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+            epochs, failed = budget.epochs, False
+            while True:
+                limit = [] if epochs is None else [f"train.epochs={epochs}"]
+                done = subprocess.run([*command, *limit, "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
+                if done.returncode != 0:  # a failed arm (say, a diverged run) does not keep the others from training
+                    print(f"  {arm} s{seed}: training failed (exit {done.returncode}): {done.stderr.strip()[-500:]}",
+                          file=sys.stderr)  # fmt: skip
+                    failed = True
+                    break
+                if epochs is None:
+                    break
+                summary = json.loads(done.stdout.strip().splitlines()[-1])
+                records = read_metrics(args.out / f"{arm}-s{seed}" / "metrics.jsonl")
+                more = extended_limit(summary, records, epochs)
+                if more is None:
+                    break
+                print(f"  {arm} s{seed}: {validations_after_switch(records)} validations after the switch at "
+                      f"{epochs} epochs; going on to {more}", flush=True)  # fmt: skip
+                epochs = more
+            if failed:
+                continue
             train_s = time.perf_counter() - tick  # of this invocation (a resumed run: its last part)
             tick = time.perf_counter()
             record = score_run(args.out / f"{arm}-s{seed}", seed, budget)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from infolm.build import validate_plugins
 from infolm.config import load_config, to_dict
 from tests.conftest import ROOT, run_in_process
@@ -71,3 +73,34 @@ def test_bmi_configs_evaluate_per_epoch() -> None:
     """The paper evaluates per epoch: the non-monotone trigger must not fire on noisy mid-epoch evaluations."""
     for path in CONFIGS.values():
         assert load_config(path, []).train.eval_every == 0, path.name
+
+
+def test_the_clip_bounds_the_language_model_and_leaves_the_discriminator_out(tmp_path: Path) -> None:
+    """``train.clip`` bounds the gradient of the parameters SGD updates, as in the baseline. The
+    discriminator trains on its own Adam: its gradient is neither clipped nor counted in the norm, so it
+    cannot shrink the language model's step (the arms would then differ in more than the regularizer)."""
+    import math
+
+    import torch
+
+    from infolm.build import build_model, build_objective, build_task, task_data
+    from infolm.training import Trainer
+
+    clip = 1e-4  # far below the raw gradient norm: the clip always acts
+    config = load_config(CONFIGS["base"], [f"run.dir={tmp_path}", f"train.clip={clip}", *FAST])
+    corpus = task_data(config)
+    torch.manual_seed(0)
+    model = build_model(config, len(corpus.vocab))
+    objective = build_objective(config)
+    objective.setup(corpus, model)
+    trainer = Trainer(config, model, objective, build_task(config, corpus))
+    discriminator = [p for group in trainer.optimizers[1].param_groups for p in group["params"]]
+    assert {id(p) for p in trainer.clipped_parameters()} == {id(p) for p in model.parameters()}
+    values = trainer.train_step(trainer.batches.next_batch())
+
+    def norm(params: list[torch.nn.Parameter]) -> float:
+        return math.sqrt(sum(float(p.grad.double().square().sum()) for p in params if p.grad is not None))
+
+    assert norm(discriminator) > 0
+    assert norm(list(model.parameters())) == pytest.approx(clip, rel=1e-4)  # not shared with D's gradient
+    assert values["grad_norm"] > clip

@@ -189,6 +189,35 @@ def test_bmi_driver_reads_time_per_step_and_the_discriminator_from_the_log() -> 
     assert module.discriminator_stats([r for r in records if "bmi_acc" not in r]) is None
 
 
+def test_bmi_driver_extends_a_run_short_of_validations_after_its_switch() -> None:
+    """A converged-budget run that reached its epoch limit with fewer than 8 validations after the averaging
+    switch (or none) goes on 5 epochs at a time up to 40; one that stopped early, or has them, is done."""
+    module = experiment("bmi_ptb_table2")
+
+    def log(switch: int | None, validations: int) -> list[dict[str, object]]:
+        started = {} if switch is None else {"started_at": float(switch)}
+        return [
+            {"step": 100 * i, "split": "valid", "loss": 5.0}
+            | (started if switch is not None and 100 * i >= switch - 1 else {"started_at": -1.0})
+            for i in range(1, validations + 1)
+        ]
+
+    late = log(1001, 14)  # switch after the 10th validation: the 11th to the 14th come after it
+    assert module.switch_step(late) == 1001 and module.validations_after_switch(late) == 4
+    assert module.extended_limit({"early_stopped": False}, late, 15) == 20
+    assert module.extended_limit({"early_stopped": False}, late, 38) == 40
+    assert module.extended_limit({"early_stopped": False}, late, 40) is None
+    assert module.extended_limit({"early_stopped": True}, late, 15) is None
+    assert module.extended_limit({"early_stopped": False}, log(None, 14), 15) == 20  # no switch at all
+    early = log(501, 14)  # the 5th validation switched: validations 6 to 14 follow, 9 >= 8
+    assert module.validations_after_switch(early) == 9
+    assert module.extended_limit({"early_stopped": False}, early, 15) is None
+    command = module.train_command(Path("out"), "full", 0, module.BUDGETS["converged"])
+    assert "train.epochs=15" in command
+    smoke = module.train_command(Path("out"), "full", 0, module.BUDGETS["smoke"])
+    assert not any(argument.startswith("train.epochs") for argument in smoke)
+
+
 def test_bmi_driver_refuses_to_mix_budgets_in_one_folder(tmp_path: Path) -> None:
     (tmp_path / "baseline-s0.score.json").write_text('{"budget": "smoke"}')
     driver = str(ROOT / "experiments" / "bmi_ptb_table2.py")

@@ -143,6 +143,7 @@ class Trainer:
         divergence = build_dataclass(DivergenceConfig, config.train.divergence, "train.divergence")
         self.divergence = DivergencePolicy(divergence, self.model.vocab_size)
         self._parameters: list[nn.Parameter] | None = None
+        self._clipped: list[nn.Parameter] | None = None
         self.initial_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.initial_restart_state = _clone(self.restart_state())  # a restart before any evaluation
         self._diverged = False
@@ -322,9 +323,21 @@ class Trainer:
             ckpt.save_best(self.run_dir, self.model, meta, raw_model, restart, objective_state)
 
     # ----------------------------------------------------------------------------------------
+    def clipped_parameters(self) -> list[nn.Parameter]:
+        """The main optimizer's parameters, the ones ``train.clip`` bounds. A term's own optimizer (BMI's
+        discriminator on Adam) is left out: its gradient must not shrink the model's step."""
+        if self._clipped is None:
+            seen: dict[int, nn.Parameter] = {}
+            for group in self.optimizers[0].param_groups:
+                for p in group["params"]:
+                    seen.setdefault(id(p), p)
+            self._clipped = list(seen.values())
+        return self._clipped
+
     def _backward(self, terms: Terms) -> float:
-        """Back-propagate the main losses (clipped together) and each separately clipped loss."""
-        params = self.parameters()
+        """Back-propagate the main losses (clipped together) and each separately clipped loss; the clips
+        bound the main optimizer's parameters (``clipped_parameters``)."""
+        params, clipped = self.parameters(), self.clipped_parameters()
         clip = self.config.train.clip
         separate = {k: v for k, v in terms.clip_groups.items() if k in terms.losses}
         main = [loss for name, loss in terms.losses.items() if name not in separate]
@@ -332,14 +345,14 @@ class Trainer:
         if main:
             (main[0] if len(main) == 1 else torch.stack(main).sum()).backward(retain_graph=retain)
         distributed.average_gradients(params)
-        norm = _clip(params, clip)
+        norm = _clip(clipped, clip)
         for index, (name, group_clip) in enumerate(separate.items()):
             saved = [p.grad for p in params]
             for p in params:
                 p.grad = None
             terms.losses[name].backward(retain_graph=index < len(separate) - 1)
             distributed.average_gradients(params)
-            _clip(params, group_clip)
+            _clip(clipped, group_clip)
             for p, g in zip(params, saved):
                 if g is not None:
                     p.grad = g if p.grad is None else p.grad + g
