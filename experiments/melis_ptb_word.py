@@ -51,13 +51,25 @@ CONVERGED = {  # arm -> config: trained to early stopping (configs/ptb/melis-con
     "lstm-tail": "configs/ptb/melis-converged-lstm-tail.yaml",
 }
 CONVERGED_EXTRAS = ("lstm", "mogrifier")  # the converged models dynamic evaluation and MC dropout are applied to
+CONVERGED_EXTRAS_ARGS = [
+    "--dynamic",
+    "--dynamic-ms-tokens",
+    "0",  # MS over all of train (Krause et al.): 1,024 rows of ~900 tokens, 45 windows of 20
+    "--dynamic-tune-tokens",
+    "20000",
+    "--mc-dropout",
+    "32",  # the thesis: 200 masks; 32 on one CPU core (fewer masks bias the average towards a worse NLL)
+    "--mc-tune-tokens",
+    "20000",
+    "--tune-temperature",
+]
 BUDGET_S = 100.0  # training seconds per run of the equal-budget comparison (one core)
 CALIBRATION_STEPS = 40  # steps timed per arm to turn the budget into a step count
 EXTRAS_RUN = "lstm-s0"  # the trained model that dynamic evaluation, MC dropout and temperature are applied to
 EXTRAS_ARGS = [
     "--dynamic",
     "--dynamic-ms-tokens",
-    "20000",
+    "0",  # all of train: 20,000 tokens at the thesis's 1,024 rows would be one window (the earlier runs: 64 rows)
     "--dynamic-tune-tokens",
     "3000",
     "--mc-dropout",
@@ -140,7 +152,7 @@ def converged_jobs(arms: list[str], seeds: list[int]) -> list[tuple[str, list[st
             jobs.append((f"train/{run}", ["infolm", "train", *train]))
             jobs.append((f"test/{run}", ["infolm", "evaluate", directory, "--split", "test", "--json"]))
             if arm in CONVERGED_EXTRAS:
-                jobs.append((f"extras/{run}", ["infolm", "evaluate", directory, *EXTRAS_ARGS, "--json"]))
+                jobs.append((f"extras/{run}", ["infolm", "evaluate", directory, *CONVERGED_EXTRAS_ARGS, "--json"]))
     return jobs
 
 
@@ -303,11 +315,16 @@ def _extras_cells(result: dict[str, Any]) -> tuple[float, list[str], dict[str, f
     """Static test NLL, the table cells of temperature / MC dropout / dynamic evaluation (test ppl, the
     change against static, the tuned settings) and the changes in percent, from one ``extras`` record."""
     static = float(result["temperature"]["test_nll_t1"])
+    names = ("temperature", "mc_dropout", "dynamic")
+    nll = {name: result[name]["test_nll"] for name in names}  # None where the JSON held NaN (a diverged update)
     change = {
-        name: 100.0 * (math.exp(result[name]["test_nll"] - static) - 1.0)
-        for name in ("temperature", "mc_dropout", "dynamic")
+        name: 100.0 * (math.exp(value - static) - 1.0) if value is not None and math.isfinite(value) else math.nan
+        for name, value in nll.items()
     }
-    cells = [f"{math.exp(result[name]['test_nll']):.1f} ({change[name]:+.1f}%)" for name in change]
+    cells = [
+        "— (not finite)" if math.isnan(change[name]) else f"{math.exp(nll[name]):.1f} ({change[name]:+.1f}%)"
+        for name in names
+    ]
     temperature, dynamic = result["temperature"], result["dynamic"]
     cells[0] += f", T = {temperature['temperature']:.3f}"
     cells[2] += f", {dynamic['lr']:g}, {dynamic['decay']:g}, {dynamic['epsilon']:g}"
@@ -328,7 +345,8 @@ def budget_extras_table(done: dict[str, dict[str, Any]]) -> str:
             continue
         static, cells, change = _extras_cells(record["result"])
         for name in changes:
-            changes[name].append(change[name])
+            if not math.isnan(change[name]):
+                changes[name].append(change[name])
         rows.append(f"| {seed} | {math.exp(static):.1f} | " + " | ".join(cells) + " |")
     if changes["dynamic"]:
         mean = " | ".join(f"{_mean_std(v)}%" for v in changes.values())
@@ -354,12 +372,13 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
     evaluated weights, the raw weights' best validation perplexity (2TA runs log it as ``loss_raw``), the
     wall time per epoch; then the extras on the converged LSTM and Mogrifier."""
     rows = [
-        "| arm | params | seeds | epochs | valid ppl (best) | test ppl | raw weights, best valid ppl | "
-        "per-seed test | train wall s per epoch |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| arm | params | seeds (ended by early stopping) | epochs | best epoch | valid ppl (best) | test ppl | "
+        "raw weights, best valid ppl (valid only) | per-seed test | train wall s per epoch |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for arm in CONVERGED:
-        valid, test, raw, epochs, per_epoch, params = [], [], [], [], [], None
+        valid, test, raw, epochs, best_epoch, per_epoch, params = [], [], [], [], [], [], None
+        stopped = 0
         for seed in converged_seeds():
             run = f"converged/{arm}-s{seed}"
             train = done.get(f"train/{run}")
@@ -368,7 +387,11 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
             evals = _evals(run)
             valid.append(math.exp(train["result"]["best_valid_loss"]))
             params = train["result"]["parameters"]
+            stopped += bool(train["result"].get("early_stopped"))
             epochs.append(float(len(evals)))
+            losses = [r["loss"] for r in evals]
+            if losses:
+                best_epoch.append(float(losses.index(min(losses)) + 1))
             per_epoch.append(train["result"]["elapsed"] / max(len(evals), 1))
             raws = [r["loss_raw"] for r in evals if "loss_raw" in r]
             if raws:
@@ -377,21 +400,30 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
             if tested is not None:
                 test.append(tested["result"]["ppl"])
         rows.append(
-            f"| {arm} | {params or '—'} | {len(valid)} | {_mean_std(epochs)} | {_mean_std(valid)} | "
-            f"{_mean_std(test)} | {_mean_std(raw)} | {', '.join(f'{v:.1f}' for v in test)} | {_mean_std(per_epoch)} |"
+            f"| {arm} | {params or '—'} | {len(valid)} ({stopped}) | {_mean_std(epochs)} | {_mean_std(best_epoch)} | "
+            f"{_mean_std(valid)} | {_mean_std(test)} | {_mean_std(raw)} | {', '.join(f'{v:.1f}' for v in test)} | "
+            f"{_mean_std(per_epoch)} |"
         )
     rows += [
         "",
-        "| converged model | seed | static test ppl | temperature (T) | MC dropout | dynamic evaluation |",
+        "| converged model | seed | static test ppl | temperature (T) | MC dropout | "
+        "dynamic evaluation (lr, decay, eps) |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for arm in CONVERGED_EXTRAS:
+        changes: dict[str, list[float]] = {"temperature": [], "mc_dropout": [], "dynamic": []}
         for seed in converged_seeds():
             record = done.get(f"extras/converged/{arm}-s{seed}")
             if record is None:
                 continue
-            static, cells, _ = _extras_cells(record["result"])
+            static, cells, change = _extras_cells(record["result"])
+            for name, value in change.items():
+                if not math.isnan(value):
+                    changes[name].append(value)
             rows.append(f"| {arm} | {seed} | {math.exp(static):.1f} | " + " | ".join(cells) + " |")
+        if any(changes.values()):
+            mean = " | ".join(f"{_mean_std(v)}%" for v in changes.values())
+            rows.append(f"| {arm}: change, mean ± sd | — | — | {mean} |")
     return "\n".join(rows)
 
 

@@ -151,3 +151,12 @@ def test_bad_inputs_fail_clearly(model_and_stream) -> None:
         dynamic_evaluate(model, stream, EOS, [torch.zeros_like(m) for m in ms], DynamicEvalConfig())
     with pytest.raises(InfolmError):
         dataclasses.replace(DynamicEvalConfig(), bptt=0)
+
+
+def test_gradient_statistics_from_few_windows_warn(model_and_stream, capsys) -> None:
+    """MS from one window is the square of one averaged gradient, not a mean of squares: say so."""
+    model, stream = model_and_stream  # 57 tokens
+    gradient_statistics(model, stream, EOS, batch_size=4, bptt=20)  # 4 rows of 14 tokens: one window
+    assert "come from 1 window(s) of 4 rows x 20 tokens" in capsys.readouterr().err
+    gradient_statistics(model, stream, EOS, batch_size=1, bptt=5)  # 12 windows
+    assert capsys.readouterr().err == ""

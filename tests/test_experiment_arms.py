@@ -3,6 +3,7 @@ the config's objective section, so an arm that replaces a term must remove the c
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -128,12 +129,49 @@ def test_melis_converged_arms_have_equal_parameters_and_their_averagers() -> Non
     for arm, config in configs.items():
         others = [c for name, c in configs.items() if name != arm]
         for other in others:  # the same data, optimizer and schedule
-            assert (config.data, config.train, config.optim.lr) == (other.data, other.train, other.optim.lr)
+            assert (config.data, config.optim.lr) == (other.data, other.optim.lr)
+            assert dataclasses.replace(config.train, early_stopping=0) == dataclasses.replace(
+                other.train, early_stopping=0
+            )
+    # tail averaging starts up to nonmono + 1 evaluations after the best raw loss: the same patience after it
+    tail, two_tailed = configs["lstm-tail"], configs["lstm"]
+    assert tail.train.early_stopping == two_tailed.train.early_stopping + tail.optim.average["nonmono"] + 1
+    assert all(c.model["emb"] == c.model["hidden"] for c in configs.values())  # no output projection
     jobs = module.converged_jobs(["lstm", "lstm-tail"], [1])
     assert [key for key, _ in jobs] == [
         "train/converged/lstm-s1", "test/converged/lstm-s1", "extras/converged/lstm-s1",
         "train/converged/lstm-tail-s1", "test/converged/lstm-tail-s1",
     ]  # fmt: skip
+
+
+def test_melis_converged_table_counts_early_stops_and_averages_the_extras(tmp_path: Path, monkeypatch) -> None:
+    """The table says how many runs ended by early stopping and at which epoch they were best, averages the
+    extras' changes over seeds, and shows a non-finite dynamic evaluation as such instead of failing."""
+    module = experiment("melis_ptb_word")
+    monkeypatch.setattr(module, "OUT", tmp_path)
+    done: dict[str, dict[str, object]] = {}
+    for seed, (losses, stopped) in enumerate([([5.0, 4.8, 4.9], True), ([5.1, 4.9, 4.85], False)]):
+        run = tmp_path / "converged" / f"lstm-s{seed}"
+        run.mkdir(parents=True)
+        rows = [{"step": i, "split": "valid", "loss": loss, "loss_raw": loss + 0.1} for i, loss in enumerate(losses)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        result = {"best_valid_loss": min(losses), "parameters": 7, "elapsed": 30.0, "early_stopped": stopped}
+        done[f"train/converged/lstm-s{seed}"] = {"result": result}
+        done[f"test/converged/lstm-s{seed}"] = {"result": {"ppl": 100.0 + seed}}
+        static = 4.6
+        extras = {
+            "temperature": {"test_nll_t1": static, "test_nll": static - 0.01, "temperature": 0.95},
+            "mc_dropout": {"test_nll": static + 0.02},
+            "dynamic": {"test_nll": None if seed else static - 0.1, "lr": 1e-4, "decay": 0.01, "epsilon": 1e-5},
+        }
+        done[f"extras/converged/lstm-s{seed}"] = {"result": extras}
+    table = module.converged_table(done)
+    lstm = next(line for line in table.splitlines() if line.startswith("| lstm | 7 |"))
+    assert "| 2 (1) | 3.0 ± 0.0 | 2.5 ± 0.7 |" in lstm  # one early stop; best epochs 2 and 3
+    assert "— (not finite)" in table
+    mean = next(line for line in table.splitlines() if line.startswith("| lstm: change, mean ± sd |"))
+    # temperature -1.0% for both seeds; dynamic evaluation over the finite seed only: exp(-0.1) - 1 = -9.5%
+    assert "| -1.0 ± 0.0% | 2.0 ± 0.0% | -9.5% |" in mean
 
 
 @pytest.mark.parametrize("budget", ["converged", "smoke"])

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ from infolm.errors import InfolmError
 from infolm.evaluation.perplexity import stream_batches
 from infolm.models.base import LanguageModel, detach_state
 from infolm.progress import Reporter, reporter
+
+MIN_MS_WINDOWS = 10  # fewer training windows than this behind MS earn a warning (PTB at 1,024 x 20: 45)
 
 
 @dataclasses.dataclass
@@ -143,6 +146,12 @@ def gradient_statistics(
             windows += 1
     if windows == 0:
         raise InfolmError("no training tokens to collect gradient statistics for dynamic evaluation")
+    if windows < MIN_MS_WINDOWS:  # then MS is the square of a few averaged gradients, not a mean of squares
+        print(
+            f"infolm: warning: dynamic evaluation's gradient statistics come from {windows} window(s) of "
+            f"{batch_size} rows x {bptt} tokens; give it more training tokens or fewer rows",
+            file=sys.stderr,
+        )
     return [square / windows for square in squares]
 
 
