@@ -399,8 +399,10 @@ def test_smim_table_reuses_a_report_only_for_the_settings_it_was_computed_with(t
 
 
 def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path: Path, capsys) -> None:
-    """``table`` picks each seed's λ by the best logged validation bound and reads the cached scores of
-    that run only (no evaluation runs: every score is cached after its log), then lists each chosen run."""
+    """``table`` picks each seed's λ by the IWAE-100 validation bound of every candidate's best checkpoint
+    (not the IWAE-10 logged in training), scores the chosen run on test (no evaluation runs here: every
+    score is cached after its log), lists each chosen run, and prints Table 5.1's KL as Û − Ŝ per token
+    beside the rate. A Rényi arm's λ = 0 candidate is the KL arm's λ = 0 run (the same objective)."""
     import argparse
 
     module = experiment("thesis_table5_1")
@@ -410,7 +412,7 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
         path.mkdir()
         rows = [
             {"step": i, "epoch": i, "split": "valid", "loss": loss, "ppl": math.exp(loss)}
-            | ({} if name.startswith("lm") else {"kl": 0.5 * i})
+            | ({} if name.startswith("lm") else {"kl": 0.5 * i, "mi": 0.25 * i})
             for i, loss in enumerate(valid)
         ]
         (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -419,12 +421,15 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
             (path / file).write_text(json.dumps(values))
 
     def latent(nll: float, ppl: float) -> dict[str, dict[str, float]]:
-        test = {"nll": nll, "ppl": ppl, "kl": 2.0, "sentences": 10.0, "tokens": 200.0, "active_units": 3.0}
+        test = {"nll": nll, "ppl": ppl, "kl": 2.0, "mi": 1.0, "sentences": 10.0, "tokens": 200.0, "active_units": 3}
         return {"eval-valid-iwae100.json": {"nll": nll + 0.1}, "eval-test-iwae500.json": test}
 
     run("dreg-1-lam0.3-s0", [5.0, 4.9], latent(4.8, 121.5))
-    run("dreg-1-lam0.6-s0", [5.1, 5.0], None)  # worse on validation: never scored
+    # better in the training log's IWAE-10, worse with IWAE-100: not chosen, never scored on test
+    run("dreg-1-lam0.6-s0", [5.1, 4.85], {"eval-valid-iwae100.json": {"nll": 5.0}})
     run("dreg-1-lam0.6-s1", [4.95, 4.85], latent(4.9, 134.3))
+    run("dreg-1-lam-0.05-s2", [4.95], latent(4.85, 128.0))  # a negative λ (Table 5.2's range starts at -0.05)
+    run("dreg-16-kl-lam0-s0", [4.9], latent(4.7, 110.0))
     lm = {"nll": 4.7, "ppl": 110.0}
     run("lm-s0", [4.8], {"eval-valid.json": {"nll": 4.75}, "eval-test.json": lm})
     png = tmp_path / "curves.png"
@@ -432,11 +437,21 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
     module.cmd_table(arguments)
     printed = capsys.readouterr().out
     row = next(line for line in printed.splitlines() if line.startswith("| dreg-1 |"))
-    assert "| 2 / 0 | 0.3, 0.6 |" in row and "| 127.9 ± 9.1 |" in row  # test ppl over the two chosen runs
-    assert "dreg-1-lam0.3-s0: valid NLL 4.9000, test ppl 121.50, NLL 4.8000, KL per token 0.1000" in printed
+    assert "| 3 / 0 | 0.3, 0.6, -0.05 |" in row and "| 127.9 ± 6.4 |" in row  # test ppl over the three chosen
+    assert "| 0.0500 ± 0.0000 | 0.1000 ± 0.0000 |" in row  # Û − Ŝ (mi) and the rate (kl) per token
+    chosen = "dreg-1-lam0.3-s0: valid NLL 4.9000, test ppl 121.50, NLL 4.8000, KL per token (Û − Ŝ) 0.0500"
+    assert chosen + ", rate per token 0.1000" in printed
+    for arm in ("dreg-16-kl", "dreg-16-renyi"):  # one run, both arms' λ = 0 candidate
+        assert "| 0 | 4.800 |" in next(line for line in printed.splitlines() if line.startswith(f"| {arm} |"))
     assert "lm-s0: valid NLL 4.7500, test ppl 110.00, NLL 4.7000" in printed
     assert "dreg-1-lam0.6-s0" not in printed.split("each chosen run")[1].split("every candidate")[0]
     curves = printed.split("validation perplexity per epoch")[1]  # every run's curve, from its log
-    assert "  dreg-1-lam0.6-s0: 164.0, 148.4\n  dreg-1-lam0.6-s0 KL: 0.000, 0.500\n" in curves
+    assert "  dreg-1-lam0.6-s0: 164.0, 127.7\n  dreg-1-lam0.6-s0 KL: 0.000, 0.250\n" in curves
     assert "  lm-s0: 121.5\n" in curves and "lm-s0 KL" not in curves
     assert png.stat().st_size > 0
+    todo = module.pending(tmp_path / "new", ["dreg-16-kl", "dreg-16-renyi"], [0.0, 0.3], 2.0, [0], [])
+    assert sorted(run.name for run in todo) == [
+        "dreg-16-kl-lam0-s0",
+        "dreg-16-kl-lam0.3-s0",
+        "dreg-16-renyi-lam0.3-a2-s0",
+    ]
