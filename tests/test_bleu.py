@@ -43,3 +43,11 @@ def test_bad_input_is_one_clear_error() -> None:
         bleu1([["a"]], [])
     with pytest.raises(InfolmError, match="corpus or sentence"):
         bleu1([["a"]], [["a"]], mode="token")
+
+
+def test_the_authors_protocol_keeps_eos_as_a_word() -> None:
+    """The authors' test script scores ``<eos>`` as a token on both sides: "the cat <eos>" against "the cat
+    sat <eos>" has precision 1 and brevity penalty exp(1 - 4/3); without ``<eos>``, exp(1 - 3/2)."""
+    hyp, ref = [["the", "cat", "<eos>"]], [["the", "cat", "sat", "<eos>"]]
+    assert math.isclose(bleu1(hyp, ref, mode="sentence", keep_eos=True).bleu, math.exp(1 - 4 / 3), rel_tol=1e-6)
+    assert math.isclose(bleu1(hyp, ref, mode="sentence").bleu, math.exp(1 - 3 / 2), rel_tol=1e-6)

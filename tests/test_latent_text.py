@@ -16,6 +16,7 @@ from infolm.evaluation.reconstruction import (
     latent_codes,
     reconstruct,
     reconstruction_bleu,
+    reconstruction_bleu_scores,
     sample_sentences,
 )
 from infolm.latent.sentence_gru import SentenceGRU, SentenceGRUConfig
@@ -86,6 +87,8 @@ def test_a_memorizing_model_reconstructs_with_bleu_one() -> None:
     itos = [f"w{i}" for i in range(12)]
     score = reconstruction_bleu(model, SENTENCES, itos, mode="mean")
     assert math.isclose(score.bleu, 1.0)
+    ours, authors = reconstruction_bleu_scores(model, SENTENCES, itos, mode="mean")  # every one ends with <eos>
+    assert math.isclose(ours.bleu, 1.0) and math.isclose(authors.bleu, 1.0)
 
 
 def test_melbo_is_eq16_and_bounds_the_nll_under_the_aggregated_posterior() -> None:

@@ -152,3 +152,17 @@ def test_registered_and_every_estimator_reaches_every_parameter() -> None:
             assert parameter.grad is not None and bool(parameter.grad.abs().sum() > 0), (estimator, name)
     bounds = latent_bounds(model, tokens, lengths, samples=6, chunk=4)
     torch.testing.assert_close(bounds.elbo, -bounds.distortion - bounds.rate)
+
+
+def test_embedding_dropout_reaches_the_decoder_only_unless_the_encoder_is_given_its_own() -> None:
+    """The authors' code drops the decoder's input embeddings (50%) and not the encoder's: in training, q(z|x)
+    is then the same on every call while ln p(x|z) is not; ``dropout_encoder`` adds the encoder's."""
+    tokens, lengths = torch.tensor([[5, 3, 7, 0], [2, 0, 0, 0]]), torch.tensor([4, 2])
+    for encoder, same in ((0.0, True), (0.5, False)):
+        torch.manual_seed(0)
+        model = SentenceGRU(SentenceGRUConfig(emb=8, hidden=10, latent=3, dropout_encoder=encoder), 12, eos_id=0)
+        model.train()
+        first, second = model.posterior(tokens, lengths).mean, model.posterior(tokens, lengths).mean
+        assert torch.equal(first, second) == same
+        z = torch.zeros(1, 2, 3)
+        assert not torch.equal(model.log_likelihood(tokens, lengths, z), model.log_likelihood(tokens, lengths, z))

@@ -60,9 +60,28 @@ def test_amim_loss_is_eq14_by_hand() -> None:
         log_q = gaussian_log_density(z[b], q.mean[b], q.stddev[b])
         log_anchor = gaussian_log_density(z[b], torch.zeros(3), torch.ones(3))
         by_hand.append(-(log_p + 0.5 * (log_q + log_anchor)))  # Alg. 1 line 3 / Eq. 14 without 1/2 H_P(x)
-    # summed over sentences, per scored token (12: words and <eos>)
+    # without a corpus (no setup): the mean over the 3 sentences over their own mean length, 12 / 3 tokens
     torch.testing.assert_close(terms.losses["amim"], torch.stack(by_hand).sum() / 12, rtol=1e-5, atol=1e-5)
     assert terms.tokens == 12
+
+
+@pytest.mark.parametrize("name", ["amim", "elbo", "ae"])
+def test_losses_are_alg1_means_over_sentences_scaled_by_the_training_sentences_mean_length(name: str) -> None:
+    """Alg. 1 averages over the N sentences of a batch: the loss is that mean divided by a constant, the
+    mean length of the training sentences (here lines of 3, 5 and 2 tokens: 10 / 3), so that it reads per
+    token; ``normalize: tokens`` divides the batch's sum by its own scored tokens (12) instead."""
+    corpus = SimpleNamespace(sentence_offsets=lambda split: torch.tensor([0, 3, 8, 10]).numpy())
+    losses = {}
+    for normalize in ("sentences", "tokens"):
+        model = tiny()
+        objective = build_objective({name: {"normalize": normalize}})
+        objective.setup(corpus, model)
+        torch.manual_seed(7)
+        losses[normalize] = objective(model, sentence_batch(), None).losses[name]
+    total = losses["tokens"] * 12  # the sum over the batch's sentences
+    torch.testing.assert_close(losses["sentences"], total / (3 * (10 / 3)), rtol=1e-6, atol=1e-6)
+    with pytest.raises(InfolmError, match="normalize"):
+        build_objective({name: {"normalize": "words"}})
 
 
 def test_validation_amim_loss_is_distortion_plus_half_the_rate_plus_the_posterior_entropy() -> None:

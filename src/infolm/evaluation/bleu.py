@@ -8,7 +8,9 @@ reconstructions with and references without it). Scores are fractions in [0, 1],
 
 ``corpus`` BLEU-1 (the default) pools clipped unigram matches and lengths over all sentences and
 applies one brevity penalty (Papineni et al.); ``sentence`` averages per-sentence BLEU-1. The paper
-used NLTK without saying which; both are exposed, and they coincide for equal-length pairs.
+used NLTK without saying which; both are exposed, and they coincide for equal-length pairs. The
+authors' public test script averages NLTK's sentence BLEU-1 with ``<eos>`` kept on both sides:
+``mode="sentence", keep_eos=True`` is that protocol.
 """
 
 from __future__ import annotations
@@ -30,12 +32,19 @@ class BleuScore:
     mode: str  # corpus | sentence
 
 
-def _text(tokens: Sequence[str]) -> str:
-    return " ".join(t for t in tokens if t not in DROPPED)
+def _text(tokens: Sequence[str], keep_eos: bool = False) -> str:
+    dropped = DROPPED - {"<eos>"} if keep_eos else DROPPED
+    return " ".join(t for t in tokens if t not in dropped)
 
 
-def bleu1(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], mode: str = "corpus") -> BleuScore:
-    """BLEU-1 of token lists ``hypotheses`` (reconstructions) against ``references`` (one per sentence)."""
+def bleu1(
+    hypotheses: Sequence[Sequence[str]],
+    references: Sequence[Sequence[str]],
+    mode: str = "corpus",
+    keep_eos: bool = False,
+) -> BleuScore:
+    """BLEU-1 of token lists ``hypotheses`` (reconstructions) against ``references`` (one per sentence);
+    ``keep_eos``: ``<eos>`` is scored as a word where it appears."""
     if mode not in ("corpus", "sentence"):
         raise InfolmError(f"BLEU mode must be corpus or sentence, got {mode!r}")
     if len(hypotheses) != len(references):
@@ -47,8 +56,8 @@ def bleu1(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str
     except ImportError:
         raise InfolmError("BLEU needs sacrebleu: pip install 'infolm[latent]'") from None
     metric = BLEU(max_ngram_order=1, tokenize="none", effective_order=True)
-    hyps = [_text(h) for h in hypotheses]
-    refs = [_text(r) for r in references]
+    hyps = [_text(h, keep_eos) for h in hypotheses]
+    refs = [_text(r, keep_eos) for r in references]
     if mode == "corpus":
         score = metric.corpus_score(hyps, [refs])
         return BleuScore(score.score / 100, score.precisions[0] / 100, score.bp, len(hyps), mode)

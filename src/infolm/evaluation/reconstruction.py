@@ -100,13 +100,30 @@ def reconstruction_bleu(
     generator: torch.Generator | None = None,
 ) -> BleuScore:
     """BLEU-1 between ``sentences`` and their greedy reconstructions (the paper's BLEU column)."""
+    return reconstruction_bleu_scores(model, sentences, itos, mode, batch_size, generator, bleu_mode)[0]
+
+
+def reconstruction_bleu_scores(
+    model: SentenceLatentModel,
+    sentences: Sequence[Sequence[int]],
+    itos: Sequence[str],
+    mode: str = "sample",
+    batch_size: int = 64,
+    generator: torch.Generator | None = None,
+    bleu_mode: str = "corpus",
+) -> tuple[BleuScore, BleuScore]:
+    """BLEU-1 of one set of greedy reconstructions two ways: ``bleu_mode`` without ``<eos>``, and as the
+    authors' test script scores it (the mean of sentence BLEU-1, ``<eos>`` kept on the references and on
+    the reconstructions that emitted it)."""
     if not sentences:
         raise InfolmError("reconstruction BLEU of an empty set of sentences")
     limit = max(len(s) for s in sentences) * 2 + 10  # a reconstruction that never ends is cut here
     hypotheses = reconstruct(model, sentences, mode, batch_size, limit, generator)
     words = [[itos[i] for i in h] for h in hypotheses]
     references = [[itos[i] for i in s] for s in sentences]
-    return bleu1(words, references, bleu_mode)
+    ended = [[*w, "<eos>"] if len(h) < limit else w for w, h in zip(words, hypotheses)]
+    authors = bleu1(ended, [[*r, "<eos>"] for r in references], "sentence", keep_eos=True)
+    return bleu1(words, references, bleu_mode), authors
 
 
 def interpolation_codes(z_start: Tensor, z_end: Tensor, steps: int) -> Tensor:

@@ -39,7 +39,10 @@ class SentenceGRUConfig:
     emb: int = 300  # word embedding size (Sec. 4.2, PTB: 300)
     hidden: int = 512  # GRU hidden size of the encoder and the decoder (Sec. 4.2, PTB: 512)
     latent: int = 16  # latent dimension d (Sec. 4.2, PTB: 16 / 128 / 512)
-    dropout_embedding: float = 0.5  # dropout on the input embeddings of encoder and decoder (Sec. 4.2: 50%)
+    dropout_embedding: float = 0.5  # dropout on the decoder's input embeddings (Sec. 4.2: "50% embedding dropout")
+    # dropout on the encoder's input embeddings: the paper does not say; the authors' code applies the
+    # embedding dropout to the decoder's inputs only
+    dropout_encoder: float = 0.0
     min_log_var: float = -10.0  # lower clamp of the posterior log-variance (the authors' public code: -10)
     reverse_encoder: bool = True  # the encoder reads the sentence right to left (Sec. 4.2, after Sutskever et al.)
     length_prior: bool = False  # Eq. 2: p(x|z) = p_seq(x|z) p(T), <eos> not modelled; off: <eos> ends sentences
@@ -49,8 +52,9 @@ class SentenceGRUConfig:
         for key in ("emb", "hidden", "latent", "max_length"):
             if getattr(self, key) < 1:
                 raise InfolmError(f"model.{key} must be positive, got {getattr(self, key)}")
-        if not 0.0 <= self.dropout_embedding < 1.0:
-            raise InfolmError(f"model.dropout_embedding must be in [0, 1), got {self.dropout_embedding}")
+        for key in ("dropout_embedding", "dropout_encoder"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise InfolmError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
 
 
 def reverse_padded(tokens: Tensor, lengths: Tensor, pad: int) -> Tensor:
@@ -76,7 +80,8 @@ class SentenceGRU(LatentVariableModel):
         self.latent_dim = config.latent
         self.embedding = nn.Embedding(vocab_size, config.emb)
         self.sos = nn.Parameter(torch.empty(config.emb).normal_())  # x^0 = <SOS> (Eq. 1)
-        self.dropout = nn.Dropout(config.dropout_embedding)
+        self.dropout = nn.Dropout(config.dropout_embedding)  # the decoder's inputs
+        self.encoder_dropout = nn.Dropout(config.dropout_encoder)
         self.encoder = nn.GRU(config.emb, config.hidden, batch_first=True)
         self.to_mean = nn.Linear(config.hidden, config.latent)
         self.to_log_var = nn.Linear(config.hidden, config.latent)
@@ -93,7 +98,7 @@ class SentenceGRU(LatentVariableModel):
         """Posterior mean and log-variance (B, D) of the sentences ``tokens`` (B, T)."""
         words = (lengths - 1).clamp(min=0)  # the encoder reads the words, not <eos>
         inputs = reverse_padded(tokens, words, self.eos_id) if self.config.reverse_encoder else tokens
-        x = self.dropout(self.embedding(inputs))  # (B, T, E)
+        x = self.encoder_dropout(self.embedding(inputs))  # (B, T, E)
         out, _ = self.encoder(x)  # (B, T, H)
         last = (words - 1).clamp(min=0)
         h = out.gather(1, last.view(-1, 1, 1).expand(-1, 1, out.size(2))).squeeze(1)  # (B, H)

@@ -1,7 +1,8 @@
 """The deterministic sequence auto-encoder baseline (AE of SentenceMIM Sec. 4.5).
 
 The sVAE loss without its KL term, with z the posterior mean: -ln p(x_i | mu(x_i)) per sentence,
-summed over the batch and divided by its scored tokens.
+averaged over the batch's sentences and divided by the training sentences' mean length, a constant
+(``normalize``, as the sVAE's and A-MIM's).
 The model is the same latent-variable model (its variance head is unused); evaluate it with
 ``mean`` codes.
 """
@@ -15,12 +16,22 @@ from torch import nn
 
 from infolm.latent.base import LatentVariableModel
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
-from infolm.objectives.latent_mc import require_latent_model, sentence_rows
+from infolm.objectives.latent_mc import (
+    check_normalization,
+    normalized_loss,
+    require_latent_model,
+    sentence_rows,
+    training_sentence_length,
+)
 
 
 @dataclasses.dataclass
 class AEConfig:
     weight: float = 1.0  # multiplier in the Composite
+    normalize: str = "sentences"  # as objective.amim.normalize: per sentence or per token
+
+    def __post_init__(self) -> None:
+        check_normalization("ae", self.normalize)
 
 
 @register_objective("ae", config=AEConfig)
@@ -35,9 +46,11 @@ class AutoEncoder(Objective):
     def __init__(self, config: AEConfig) -> None:
         super().__init__()
         self.config = config
+        self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
+        self.mean_length = training_sentence_length(model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)
@@ -45,4 +58,7 @@ class AutoEncoder(Objective):
         z = model.posterior(tokens, lengths).mean.unsqueeze(0)  # (1, B, D)
         log_likelihood = model.log_likelihood(tokens, lengths, z)[0]  # (B,)
         tokens_scored = int(model.scored_tokens(lengths).sum())
-        return Terms(losses={"ae": -log_likelihood.sum() / max(tokens_scored, 1)}, tokens=tokens_scored)
+        loss = normalized_loss(
+            -log_likelihood.sum(), tokens.size(0), tokens_scored, self.mean_length, self.config.normalize
+        )
+        return Terms(losses={"ae": loss}, tokens=tokens_scored)

@@ -6,9 +6,8 @@ With a joint sample x_i ~ P(x), z_i ~ q(z|x_i) (reparameterized), Alg. 1 minimiz
 
 the tractable upper bound of Eq. 14 on the A-MIM loss (Eq. 7) without its constant 1/2 H_P(x).
 P(z) = N(0, I) is the anchor: the model's ``prior()``. No KL annealing or other loss heuristic
-(Sec. 4.2). The per-sentence losses are summed over the batch and divided by its scored tokens, like
-every training loss of infolm (Alg. 1 divides by the N sentences instead: the two differ by the
-batch's mean sentence length, a per-batch scale that Adam's normalization absorbs).
+(Sec. 4.2). The loss is Alg. 1's mean over the batch's sentences, divided by the training sentences'
+mean length (a constant: it reads per token, as infolm's other losses; ``normalize``).
 """
 
 from __future__ import annotations
@@ -22,17 +21,27 @@ from infolm.errors import InfolmError
 from infolm.latent.base import LatentVariableModel
 from infolm.latent.estimators import amim_loss
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
-from infolm.objectives.latent_mc import require_latent_model, sentence_rows
+from infolm.objectives.latent_mc import (
+    check_normalization,
+    normalized_loss,
+    require_latent_model,
+    sentence_rows,
+    training_sentence_length,
+)
 
 
 @dataclasses.dataclass
 class AMIMConfig:
     weight: float = 1.0  # multiplier in the Composite
     samples: int = 1  # joint samples z ~ q(z|x) per sentence (Alg. 1: one)
+    # sentences: Alg. 1's mean over the batch's sentences (over the training sentences' mean length, a
+    # constant); tokens: over the batch's scored tokens (long-sentence batches weigh less per sentence)
+    normalize: str = "sentences"
 
     def __post_init__(self) -> None:
         if self.samples < 1:
             raise InfolmError(f"objective.amim.samples must be at least 1, got {self.samples}")
+        check_normalization("amim", self.normalize)
 
 
 @register_objective("amim", config=AMIMConfig)
@@ -46,9 +55,11 @@ class AMIM(Objective):
     def __init__(self, config: AMIMConfig) -> None:
         super().__init__()
         self.config = config
+        self.mean_length: float | None = None
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
+        self.mean_length = training_sentence_length(model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)
@@ -58,7 +69,8 @@ class AMIM(Objective):
         log_likelihood = model.log_likelihood(tokens, lengths, z)  # (K, B)
         log_posterior, log_anchor = q.log_prob(z), anchor.log_prob(z)  # (K, B)
         tokens_scored = int(model.scored_tokens(lengths).sum())
-        loss = amim_loss(log_likelihood, log_posterior, log_anchor).sum() / max(tokens_scored, 1)
+        total = amim_loss(log_likelihood, log_posterior, log_anchor).sum()  # Alg. 1 line 3, summed over sentences
+        loss = normalized_loss(total, tokens.size(0), tokens_scored, self.mean_length, self.config.normalize)
         metrics = {
             "log_likelihood": float(log_likelihood.detach().mean()),
             "log_posterior": float(log_posterior.detach().mean()),

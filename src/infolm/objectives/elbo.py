@@ -5,8 +5,9 @@
 with the KL in closed form (Gaussian posterior and prior) and reparameterized draws: the ``elbo``
 estimator of the shared latent core (``beta_vae_objective`` with beta from the schedule). beta = 1
 is the plain ELBO (the paper's PTB rows); ``anneal: logistic`` or ``linear`` gives the "+ kl" rows
-(``objectives/kl_annealing.py``). Summed over the batch's sentences and divided by its scored tokens
-(the trainer's per-token convention; the sentence-level ELBO is logged as ``elbo_sentence``).
+(``objectives/kl_annealing.py``). The mean over the batch's sentences (the -1/N sum_i above), divided
+by the training sentences' mean length, a constant, so that it reads per token (``normalize``; the
+sentence-level ELBO is logged as ``elbo_sentence``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from infolm.latent.estimators import beta_vae_objective
 from infolm.latent.gradients import objective_surrogate
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.kl_annealing import SCHEDULES, kl_weight
-from infolm.objectives.latent_mc import require_latent_model, sentence_rows
+from infolm.objectives.latent_mc import (
+    check_normalization,
+    normalized_loss,
+    require_latent_model,
+    sentence_rows,
+    training_sentence_length,
+)
 
 
 @dataclasses.dataclass
@@ -33,6 +40,7 @@ class ELBOConfig:
     k: float = 0.0025  # logistic slope (the authors' public code)
     x0: int = 10_000  # logistic midpoint in optimizer steps (the authors' public code)
     anneal_steps: int = 10_000  # linear: steps from weight 0 to 1 (Sec. 4.2: 10k mini-batches)
+    normalize: str = "sentences"  # as objective.amim.normalize: per sentence (the formula above) or per token
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -41,6 +49,7 @@ class ELBOConfig:
             raise InfolmError(f"objective.elbo.anneal must be one of {', '.join(SCHEDULES)}; got {self.anneal!r}")
         if self.anneal_steps < 1:
             raise InfolmError(f"objective.elbo.anneal_steps must be positive, got {self.anneal_steps}")
+        check_normalization("elbo", self.normalize)
 
 
 @register_objective("elbo", config=ELBOConfig)
@@ -54,6 +63,7 @@ class ELBO(Objective):
     def __init__(self, config: ELBOConfig) -> None:
         super().__init__()
         self.config = config
+        self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
 
     def kl_weight(self, step: int) -> float:
         c = self.config
@@ -61,6 +71,7 @@ class ELBO(Objective):
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
+        self.mean_length = training_sentence_length(model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)
@@ -76,5 +87,7 @@ class ELBO(Objective):
             "log_likelihood": float(draws.log_likelihood.mean()),
             "elbo_sentence": float(out.value.mean()),
         }
-        loss = -out.surrogate.sum() / max(tokens_scored, 1)
+        loss = normalized_loss(
+            -out.surrogate.sum(), tokens.size(0), tokens_scored, self.mean_length, self.config.normalize
+        )
         return Terms(losses={"elbo": loss}, metrics=metrics, tokens=tokens_scored)

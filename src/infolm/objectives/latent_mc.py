@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -171,6 +171,41 @@ def require_latent_model(objective: Objective, model: nn.Module, corpus: Any = N
     fit = getattr(model, "fit_corpus", None)
     if fit is not None and corpus is not None:
         fit(corpus)
+
+
+NORMALIZATIONS = ("sentences", "tokens")
+
+
+def check_normalization(objective: str, normalize: str) -> None:
+    if normalize not in NORMALIZATIONS:
+        raise InfolmError(
+            f"objective.{objective}.normalize must be one of {', '.join(NORMALIZATIONS)}; got {normalize!r}"
+        )
+
+
+def training_sentence_length(model: nn.Module, corpus: Any) -> float | None:
+    """Mean scored tokens per training sentence (None without a corpus): the constant that puts a
+    per-sentence mean loss on a per-token scale."""
+    if corpus is None or not hasattr(corpus, "sentence_offsets"):
+        return None
+    lengths = torch.as_tensor(corpus.sentence_offsets("train")).diff()  # each line's words and its <eos>
+    if lengths.numel() == 0:
+        return None
+    scored = cast(LatentVariableModel, model).scored_tokens(lengths)
+    return float(scored.double().mean())
+
+
+def normalized_loss(total: Tensor, sentences: int, tokens: int, mean_length: float | None, normalize: str) -> Tensor:
+    """A batch's loss from ``total``, the sum of its per-sentence losses.
+
+    ``sentences``: the mean over the batch's sentences (SentenceMIM Alg. 1: -1/N sum_i), divided by the
+    constant ``mean_length`` (``training_sentence_length``) so that it reads per token and the gradient is
+    Alg. 1's up to that constant; without it, the batch's own mean length. ``tokens``: divided by the
+    batch's scored tokens, which weights a length-bucketed batch of long sentences less per sentence."""
+    if normalize == "tokens":
+        return total / max(tokens, 1)
+    scale = mean_length if mean_length is not None else tokens / max(sentences, 1)
+    return total / (max(sentences, 1) * max(scale, 1e-12))
 
 
 def sentence_rows(batch: Batch) -> tuple[Tensor, Tensor]:
