@@ -131,6 +131,21 @@ def finished(run: Path) -> bool:
     return (run / "train-summary.json").is_file()
 
 
+def ended(run: Path) -> str:
+    """How a run ended: ``early-stopped``, ``capped`` (at its epoch limit: it may still have been improving)
+    or ``cut`` (no summary: stopped from outside). Summaries older than the ``early_stopped`` flag are read
+    against the run's epoch limit."""
+    if not finished(run):
+        return "cut"
+    summary = json.loads((run / "train-summary.json").read_text())
+    stopped = summary.get("early_stopped")
+    if stopped is None:
+        from infolm.config import load_config
+
+        stopped = int(summary.get("epoch", 0)) < load_config(run / "config.yaml").train.epochs
+    return "early-stopped" if stopped else "capped"
+
+
 def has_best(run: Path) -> bool:
     return (run / "checkpoints" / "best" / "model.safetensors").is_file()
 
@@ -201,13 +216,19 @@ def score_commands(out: Path, name: str, induced_tokens: int) -> list[tuple[Path
     ]
 
 
+def trained_since(run: Path, score: Path) -> bool:
+    """The run's summary (or, for a run cut before it ended, its log) is newer than the score."""
+    marker = run / "train-summary.json" if finished(run) else run / "metrics.jsonl"
+    return marker.is_file() and marker.stat().st_mtime > score.stat().st_mtime
+
+
 def score_runs(out: Path, names: list[str], slots: int, deadline: float, induced_tokens: int) -> None:
     queue = [
         (path, command)
         for name in names
         if (out / name / "checkpoints").is_dir()
         for path, command in score_commands(out, name, induced_tokens)
-        if not path.is_file() or (out / name / "train-summary.json").stat().st_mtime > path.stat().st_mtime
+        if not path.is_file() or trained_since(out / name, path)
     ]
     running: list[tuple[Path, subprocess.Popen[bytes]]] = []
     while queue or running:
@@ -284,6 +305,7 @@ def run_numbers(run: Path) -> dict[str, Any] | None:
     elapsed = steps[-1]["elapsed"] if steps else None
     return {
         "finished": finished(run),
+        "ended": ended(run),
         "epochs": len(evals),
         "valid_curve": [math.exp(r["loss"]) for r in evals],
         "valid_ppl": valid.get("ppl"),
@@ -313,7 +335,8 @@ def cmd_table(args: argparse.Namespace) -> None:
         for arm in ("baseline", "none")
     }
     lines = [
-        "| arm | seeds (converged / cut) | epochs | valid ppl | test ppl | induced bigram, test ppl | "
+        "| arm | seeds (early-stopped / at the epoch cap / cut) | epochs | valid ppl | test ppl | "
+        "induced bigram, test ppl | "
         "wall per epoch / none's | paper valid / test / induced |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -321,7 +344,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         rows = [found for _, found in numbers[arm]]
         if not rows:
             continue
-        done = [found for found in rows if found["finished"]]
+        how = [found["ended"] for found in rows]
         reference = per_epoch["baseline" if arm == "baseline" else "none"]
         ratios = [
             found["seconds_per_epoch"] / reference[seed]
@@ -331,7 +354,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         paper = PAPER.get(arm)
         paper_cell = " / ".join("–" if x is None else f"{x}" for x in paper) if paper else "–"
         lines.append(
-            f"| {arm} | {len(done)} / {len(rows) - len(done)} | "
+            f"| {arm} | {how.count('early-stopped')} / {how.count('capped')} / {how.count('cut')} | "
             f"{mean_std([float(found['epochs']) for found in rows])} | "
             f"{mean_std([found['valid_ppl'] for found in rows if found['valid_ppl']])} | "
             f"{mean_std([found['test_ppl'] for found in rows if found['test_ppl']])} | "
@@ -347,7 +370,8 @@ def cmd_table(args: argparse.Namespace) -> None:
     print("\nper seed, test ppl (valid ppl):")
     for arm in arms:
         cells = [
-            f"s{seed} {found['test_ppl']:.2f} ({found['valid_ppl']:.2f}){'' if found['finished'] else ' cut'}"
+            f"s{seed} {found['test_ppl']:.2f} ({found['valid_ppl']:.2f})"
+            + ("" if found["ended"] == "early-stopped" else f" {found['ended']}")
             for seed, found in sorted(per_seed[arm].items())
             if found["test_ppl"] and found["valid_ppl"]
         ]
