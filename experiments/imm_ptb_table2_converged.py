@@ -18,7 +18,8 @@ perplexity of each model's induced bigram (Table 1). Per seed:
 
 ``train`` runs the arms ``--jobs`` at a time (a seed's continuations start when its baseline ends),
 stops whatever still trains at ``--deadline-s`` minus ``--eval-reserve-s`` (such a run is reported as
-cut, never as converged) and scores every run; ``table`` rebuilds the table, the overhead per epoch
+cut, never as converged) and scores every run as soon as it ends (valid and test on the full splits,
+the induced bigram; the scoring takes a slot); ``table`` rebuilds the table, the overhead per epoch
 and the learning curves from the run directories alone::
 
     OMP_NUM_THREADS=1 python experiments/imm_ptb_table2_converged.py train --out runs/imm-ptb-table2-converged \
@@ -150,16 +151,51 @@ def has_best(run: Path) -> bool:
     return (run / "checkpoints" / "best" / "model.safetensors").is_file()
 
 
-def run_jobs(jobs: list[Job], slots: int, deadline: float, out: Path, log: Path, from_cut: bool = False) -> None:
+Scoring = list[tuple[Path, subprocess.Popen[bytes]]]
+
+
+def collect_scores(scoring: Scoring) -> None:
+    """Save the output of every scoring process that has ended (atomically); drop it from ``scoring``."""
+    for path, process in list(scoring):
+        if process.poll() is None:
+            continue
+        scoring.remove((path, process))
+        output = process.stdout.read().decode() if process.stdout else ""
+        if process.returncode == 0:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(output)
+            tmp.replace(path)
+        else:
+            print(f"scoring {path} failed: {process.stderr.read().decode() if process.stderr else ''}", file=sys.stderr)
+
+
+def start_score(path: Path, command: list[str]) -> tuple[Path, subprocess.Popen[bytes]]:
+    return path, subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def run_jobs(
+    jobs: list[Job],
+    slots: int,
+    deadline: float,
+    out: Path,
+    log: Path,
+    from_cut: bool = False,
+    induced_tokens: int | None = None,
+) -> None:
     """Run ``jobs`` ``slots`` at a time in dependency order; terminate what runs at ``deadline``.
-    ``from_cut``: a job also starts after a run that was cut but has best weights."""
+    ``from_cut``: a job also starts after a run that was cut but has best weights. Unless
+    ``induced_tokens`` is None, a run that ends by itself is scored at once, its scoring taking a slot
+    before the next training job does (a queue longer than a working session still leaves its numbers)."""
     pending = [job for job in jobs if not finished(out / job.name)]
 
     def done(name: str) -> bool:
         return finished(out / name) or (from_cut and has_best(out / name))
 
     running: list[Job] = []
-    while pending or running:
+    scores: list[tuple[Path, list[str]]] = []  # waiting for a slot
+    scoring: Scoring = []
+    while pending or running or scores or scoring:
+        collect_scores(scoring)
         for job in list(running):
             assert job.process is not None
             if job.process.poll() is None:
@@ -169,9 +205,13 @@ def run_jobs(jobs: list[Job], slots: int, deadline: float, out: Path, log: Path,
             printed = (out / f"{job.name}.train.out").read_text().strip().splitlines()
             if job.process.returncode == 0 and printed:
                 (out / job.name / "train-summary.json").write_text(printed[-1] + "\n")
+                if induced_tokens is not None:
+                    scores += score_commands(out, job.name, induced_tokens)
             with log.open("a") as handle:
                 handle.write(json.dumps(job.record) + "\n")
         if time.time() >= deadline:
+            for _, process in scoring:
+                process.kill()
             for job in running:
                 assert job.process is not None
                 job.process.terminate()
@@ -191,8 +231,10 @@ def run_jobs(jobs: list[Job], slots: int, deadline: float, out: Path, log: Path,
             if job.after not in active:  # its baseline failed or was cut: nothing to continue from
                 print(f"skipping {job.name}: {job.after} did not end by itself", file=sys.stderr)
                 pending.remove(job)
+        while scores and len(running) + len(scoring) < slots:
+            scoring.append(start_score(*scores.pop(0)))
         ready = [job for job in pending if job.after is None or done(job.after)]
-        while ready and len(running) < slots:
+        while ready and len(running) + len(scoring) < slots:
             job = ready.pop(0)
             pending.remove(job)
             job.started = time.time()
@@ -230,29 +272,15 @@ def score_runs(out: Path, names: list[str], slots: int, deadline: float, induced
         for path, command in score_commands(out, name, induced_tokens)
         if not path.is_file() or trained_since(out / name, path)
     ]
-    running: list[tuple[Path, subprocess.Popen[bytes]]] = []
+    running: Scoring = []
     while queue or running:
-        for path, process in list(running):
-            if process.poll() is None:
-                continue
-            running.remove((path, process))
-            output = process.stdout.read().decode() if process.stdout else ""
-            if process.returncode == 0:
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(output)
-                tmp.replace(path)
-            else:
-                print(
-                    f"scoring {path} failed: {process.stderr.read().decode() if process.stderr else ''}",
-                    file=sys.stderr,
-                )
+        collect_scores(running)
         if time.time() >= deadline:
             for _, process in running:
                 process.kill()
             return
         while queue and len(running) < slots:
-            path, command = queue.pop(0)
-            running.append((path, subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+            running.append(start_score(*queue.pop(0)))
         time.sleep(0.5)
 
 
@@ -280,7 +308,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     with (out / "calls.jsonl").open("a") as handle:
         handle.write(json.dumps({"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine}) + "\n")
-    run_jobs(jobs, args.jobs, deadline - args.eval_reserve_s, out, out / "jobs.jsonl", args.from_cut_baselines)
+    reserve = deadline - args.eval_reserve_s
+    run_jobs(jobs, args.jobs, reserve, out, out / "jobs.jsonl", args.from_cut_baselines, args.induced_max_train_tokens)
     score_runs(out, [job.name for job in jobs], args.jobs, deadline, args.induced_max_train_tokens)
     print(f"done in {time.time() - start:.0f} s", file=sys.stderr)
 

@@ -455,3 +455,27 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
         "dreg-16-kl-lam0.3-s0",
         "dreg-16-renyi-lam0.3-a2-s0",
     ]
+
+
+def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypatch) -> None:
+    """A run that ends by itself is scored at once, its scoring taking the slot before the next training
+    job: a queue that outlasts a working session still leaves the numbers of the runs it finished."""
+    module = experiment("imm_ptb_table2_converged")
+
+    def job(name: str) -> object:
+        code = (
+            "import json, pathlib, sys, time; run = pathlib.Path(sys.argv[1]); run.mkdir(parents=True); "
+            "(run / 'started').write_text(str(time.time())); print(json.dumps({'epoch': 1, 'early_stopped': True}))"
+        )
+        return module.Job(name, "none", 0, [sys.executable, "-c", code, str(tmp_path / name)])
+
+    def fake_scores(out: Path, name: str, induced_tokens: int) -> list[tuple[Path, list[str]]]:
+        code = "import json, time; time.sleep(0.2); print(json.dumps({'ppl': 1.0, 'at': time.time()}))"
+        return [(out / name / "eval-test.json", [sys.executable, "-c", code])]
+
+    monkeypatch.setattr(module, "score_commands", fake_scores)
+    module.run_jobs([job("none-s0"), job("none-s1")], 1, math.inf, tmp_path, tmp_path / "jobs.jsonl", induced_tokens=0)
+    first = json.loads((tmp_path / "none-s0" / "eval-test.json").read_text())
+    assert first["at"] <= float((tmp_path / "none-s1" / "started").read_text())  # scored before the next began
+    assert (tmp_path / "none-s1" / "eval-test.json").is_file()
+    assert json.loads((tmp_path / "none-s1" / "train-summary.json").read_text())["early_stopped"] is True
