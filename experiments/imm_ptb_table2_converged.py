@@ -192,7 +192,9 @@ def run_jobs(
         return finished(out / name) or (from_cut and has_best(out / name))
 
     running: list[Job] = []
-    scores: list[tuple[Path, list[str]]] = []  # waiting for a slot
+    finished_before = [job.name for job in jobs if finished(out / job.name)]  # by an earlier call
+    # scores waiting for a slot: first those of runs that ended in an earlier call
+    scores = [] if induced_tokens is None else missing_scores(out, finished_before, induced_tokens)
     scoring: Scoring = []
     while pending or running or scores or scoring:
         collect_scores(scoring)
@@ -264,14 +266,19 @@ def trained_since(run: Path, score: Path) -> bool:
     return marker.is_file() and marker.stat().st_mtime > score.stat().st_mtime
 
 
-def score_runs(out: Path, names: list[str], slots: int, deadline: float, induced_tokens: int) -> None:
-    queue = [
+def missing_scores(out: Path, names: list[str], induced_tokens: int) -> list[tuple[Path, list[str]]]:
+    """The scoring commands of the runs among ``names`` whose scores are missing or older than the run."""
+    return [
         (path, command)
         for name in names
         if (out / name / "checkpoints").is_dir()
         for path, command in score_commands(out, name, induced_tokens)
         if not path.is_file() or trained_since(out / name, path)
     ]
+
+
+def score_runs(out: Path, names: list[str], slots: int, deadline: float, induced_tokens: int) -> None:
+    queue = missing_scores(out, names, induced_tokens)
     running: Scoring = []
     while queue or running:
         collect_scores(running)

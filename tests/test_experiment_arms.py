@@ -459,7 +459,8 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
 
 def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypatch) -> None:
     """A run that ends by itself is scored at once, its scoring taking the slot before the next training
-    job: a queue that outlasts a working session still leaves the numbers of the runs it finished."""
+    job: a queue that outlasts a working session still leaves the numbers of the runs it finished. Runs
+    that ended in an earlier call without scores are scored first."""
     module = experiment("imm_ptb_table2_converged")
 
     def job(name: str) -> object:
@@ -474,7 +475,14 @@ def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypat
         return [(out / name / "eval-test.json", [sys.executable, "-c", code])]
 
     monkeypatch.setattr(module, "score_commands", fake_scores)
-    module.run_jobs([job("none-s0"), job("none-s1")], 1, math.inf, tmp_path, tmp_path / "jobs.jsonl", induced_tokens=0)
+    earlier = tmp_path / "noising-s0"  # trained by an earlier call, never scored
+    (earlier / "checkpoints").mkdir(parents=True)
+    (earlier / "train-summary.json").write_text('{"epoch": 20}')
+    jobs = [job("noising-s0"), job("none-s0"), job("none-s1")]
+    module.run_jobs(jobs, 1, math.inf, tmp_path, tmp_path / "jobs.jsonl", induced_tokens=0)
+    assert not (earlier / "started").exists()  # not trained again
+    scored_earlier = json.loads((earlier / "eval-test.json").read_text())["at"]
+    assert scored_earlier <= float((tmp_path / "none-s0" / "started").read_text())
     first = json.loads((tmp_path / "none-s0" / "eval-test.json").read_text())
     assert first["at"] <= float((tmp_path / "none-s1" / "started").read_text())  # scored before the next began
     assert (tmp_path / "none-s1" / "eval-test.json").is_file()
