@@ -25,10 +25,9 @@ from process_flags import add_process_flags, apply_process_flags
 from report import print_result  # benchmarks/report.py, beside this script
 from torch import nn
 
-from infolm.build import build_model, build_objective, build_task, task_data
+from infolm.build import build_task, build_trainer
 from infolm.config import load_config
 from infolm.data.batching import IGNORE_INDEX
-from infolm.training import Trainer
 
 
 class PlainSentenceLSTM(nn.Module):
@@ -90,13 +89,8 @@ def main() -> None:
             "run.device=cpu",
             f"run.keep_freed_memory={args.keep_freed_memory}",
         ]
-        config = load_config("configs/ptb/sentence-lstm.yaml", overrides)
-        corpus = task_data(config)
-        torch.manual_seed(0)
-        model = build_model(config, len(corpus.vocab))
-        objective = build_objective(config)
-        objective.setup(corpus, model)
-        trainer = Trainer(config, model, objective, build_task(config, corpus))
+        config = load_config("configs/ptb/sentence-lstm.yaml", overrides)  # run.seed 0
+        trainer, corpus = build_trainer(config)
         plain_step = plain_stepper(len(corpus.vocab), args)
         feed = build_task(config, corpus).train_batches()  # the same batches, drawn once for both loops
 

@@ -83,17 +83,12 @@ def test_the_clip_bounds_the_language_model_and_leaves_the_discriminator_out(tmp
 
     import torch
 
-    from infolm.build import build_model, build_objective, build_task, task_data
-    from infolm.training import Trainer
+    from infolm.build import build_trainer
 
     clip = 1e-4  # far below the raw gradient norm: the clip always acts
     config = load_config(CONFIGS["base"], [f"run.dir={tmp_path}", f"train.clip={clip}", *FAST])
-    corpus = task_data(config)
-    torch.manual_seed(0)
-    model = build_model(config, len(corpus.vocab))
-    objective = build_objective(config)
-    objective.setup(corpus, model)
-    trainer = Trainer(config, model, objective, build_task(config, corpus))
+    trainer, _ = build_trainer(config)
+    model = trainer.model
     discriminator = [p for group in trainer.optimizers[1].param_groups for p in group["params"]]
     assert {id(p) for p in trainer.clipped_parameters()} == {id(p) for p in model.parameters()}
     values = trainer.train_step(trainer.batches.next_batch())

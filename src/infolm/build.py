@@ -205,6 +205,22 @@ def run_meta(config: Config, corpus: Corpus) -> dict[str, Any]:
     }
 
 
+def build_trainer(config: Config) -> tuple[Any, Corpus]:
+    """The trainer of ``config`` and its corpus, built as ``train`` builds them (the model drawn after
+    ``torch.manual_seed(run.seed)``) but without the run-directory checks, the lock or ``run.init_from``:
+    for benchmarks and tests that step a trainer themselves."""
+    from infolm.training import Trainer
+
+    validate_plugins(config)
+    corpus = task_data(config)
+    torch.manual_seed(config.run.seed)
+    model = build_model(config, len(corpus.vocab))
+    objective = build_objective(config)
+    objective.setup(corpus, model)
+    averager = build_averager(config, model)
+    return Trainer(config, model, objective, build_task(config, corpus), averager=averager), corpus
+
+
 def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     """Everything ``infolm train`` does: build, resume or start, fit, return a summary."""
     from infolm.training import Trainer, seed_everything
