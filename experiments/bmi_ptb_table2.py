@@ -146,6 +146,20 @@ def validations_after_switch(records: list[dict[str, Any]]) -> int:
     return sum(1 for r in records if r.get("split") == "valid" and int(r["step"]) >= switch)
 
 
+def first_limit(run_dir: Path, budget: Budget, overrides: list[str]) -> int | None:
+    """The epoch limit a call starts from: the budget's, or ``train.epochs`` among ``overrides``, or the
+    limit the run already reached in an earlier call if larger (None: a step budget)."""
+    if budget.epochs is None:
+        return None
+    asked = [int(o.split("=", 1)[1]) for o in overrides if o.startswith("train.epochs=")]
+    limit = asked[-1] if asked else budget.epochs
+    if (run_dir / "config.yaml").is_file():
+        from infolm.config import load_config
+
+        limit = max(limit, int(load_config(run_dir / "config.yaml").train.epochs))
+    return limit
+
+
 def extended_limit(summary: dict[str, Any], records: list[dict[str, Any]], epochs: int) -> int | None:
     """The next epoch limit for a run that ended at ``epochs`` (not by early stopping) with fewer than
     ``POST_SWITCH_VALIDATIONS`` validations after its averaging switch; None when the run is done.
@@ -257,7 +271,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             shown = "OMP_NUM_THREADS=1 infolm " + shlex.join(command[3:])
             print(shown, flush=True)
             tick = time.perf_counter()
-            epochs, failed = budget.epochs, False
+            epochs, failed = first_limit(args.out / f"{arm}-s{seed}", budget, args.override), False
             while True:
                 limit = [] if epochs is None else [f"train.epochs={epochs}"]
                 done = subprocess.run([*command, *limit, "--json"], cwd=ROOT, env=env, capture_output=True, text=True)

@@ -389,7 +389,7 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
             params = train["result"]["parameters"]
             stopped += bool(train["result"].get("early_stopped"))
             epochs.append(float(len(evals)))
-            losses = [r["loss"] for r in evals]
+            losses = [r["loss"] for r in evals if r.get("loss") is not None]  # not finite: logged as null
             if losses:
                 best_epoch.append(float(losses.index(min(losses)) + 1))
             per_epoch.append(train["result"]["elapsed"] / max(len(evals), 1))
@@ -440,7 +440,8 @@ def converged_plot(path: Path) -> None:
                 continue
             epochs = range(1, len(evals) + 1)
             label = {"lstm": "LSTM, 2TA", "mogrifier": "Mogrifier, 2TA", "lstm-tail": "LSTM, tail averaging"}[arm]
-            axis.plot(epochs, [math.exp(r["loss"]) for r in evals], color=color, label=label if index == 0 else None)
+            curve = [math.exp(r["loss"]) if r.get("loss") is not None else math.nan for r in evals]
+            axis.plot(epochs, curve, color=color, label=label if index == 0 else None)
             if any("loss_raw" in r for r in evals):
                 raw = [math.exp(r.get("loss_raw", math.nan)) for r in evals]
                 axis.plot(

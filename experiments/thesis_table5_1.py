@@ -52,6 +52,7 @@ from infolm.config import load_config
 from infolm.latent.sentence_lstm import SentenceLSTMConfig
 from infolm.report import format_mean_std as mean_std
 from infolm.tasks.sentence_latent import SentenceLatentConfig
+from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/ptb/thesis-table5-1-cpu.yaml"
@@ -202,8 +203,8 @@ def pending(
     for seed in seeds:
         for lam in lams:
             for arm in arms:
-                if arm.endswith("-renyi") and lam == 0:
-                    continue  # at λ = 0 every MI term has weight 0: the KL arm's run, which `table` reuses
+                if arm.endswith("-renyi") and lam == 0:  # every MI term has weight 0: the KL arm's run,
+                    arm = arm.removesuffix("-renyi") + "-kl"  # trained once; `table` counts it for both
                 run = out / run_name(arm, lam, alpha, seed)
                 if run not in todo and not finished(run, cap):
                     todo[run] = train_command(out, arm, lam, alpha, seed, extra)
@@ -285,7 +286,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def best_valid(run: Path) -> float | None:
     """The run's best validation bound per token (IWAE-``task.valid_samples``) from its log."""
     losses = [r["loss"] for r in read_jsonl(run / "metrics.jsonl") if r.get("split") == "valid"]
-    finite = [loss for loss in losses if math.isfinite(loss)]
+    finite = [loss for loss in losses if loss is not None and math.isfinite(loss)]  # null: not finite
     return min(finite) if finite else None
 
 
@@ -293,10 +294,10 @@ def valid_curve(run: Path) -> list[tuple[int, float, float | None]]:
     """(epoch, validation perplexity, KL per sentence or None) of each validation record in the run's log:
     the latent arms' IWAE-``task.valid_samples`` bound and their Û − Ŝ estimate of the true KL (``mi``, as
     Table 5.1's KL), the LM's exact perplexity."""
-    return [
-        (int(r["epoch"]) + 1, float(r["ppl"]), float(r["mi"]) if "mi" in r else None)
+    return [  # a value that was not finite is logged as null
+        (int(r["epoch"]) + 1, float(r["ppl"]), float(r["mi"]) if r.get("mi") is not None else None)
         for r in read_jsonl(run / "metrics.jsonl")
-        if r.get("split") == "valid" and "ppl" in r
+        if r.get("split") == "valid" and r.get("ppl") is not None
     ]
 
 
@@ -312,7 +313,11 @@ def plot_curves(curves: dict[str, list[tuple[int, float, float | None]]], path: 
         match = RUN_NAME.match(name) or LM_RUN_NAME.match(name)
         arm = match.groupdict().get("arm", LM) if match else ""
         seed = int(match["seed"]) if match else 0
-        style = {"color": colors.get(arm, "grey"), "linestyle": styles[seed % len(styles)], "linewidth": 1}
+        style: dict[str, Any] = {
+            "color": colors.get(arm, "grey"),
+            "linestyle": styles[seed % len(styles)],
+            "linewidth": 1,
+        }
         epochs = [epoch for epoch, _, _ in curve]
         ppl_axis.plot(epochs, [ppl for _, ppl, _ in curve], label=name, **style)
         kls = [(epoch, kl) for epoch, _, kl in curve if kl is not None]
@@ -394,12 +399,22 @@ def cmd_table(args: argparse.Namespace) -> None:
             logged = {run: best_valid(run) for run in found}  # each run's log read once
             # λ is chosen on the validation bound of the thesis's K (IWAE-100), every candidate's best
             # checkpoint scored: the IWAE-10 of training is looser the more a run uses its latents
-            scored = [
-                (valid_score(run, args.valid_samples)["nll"], run) for run, loss in logged.items() if loss is not None
-            ]
+            scored: list[tuple[float, Path]] = []
+            notes: dict[Path, str] = {}
+            for run, loss in logged.items():
+                if loss is None:
+                    continue
+                if run_dir_in_use(run):  # a run still training is no candidate yet (its score would go stale)
+                    notes[run] = ", training now: not a candidate"
+                    continue
+                try:
+                    scored.append((valid_score(run, args.valid_samples)["nll"], run))
+                except SystemExit as failure:
+                    notes[run] = f", not a candidate: {failure}"
             candidates += [
                 f"{run.name}: {'–' if loss is None else f'{loss:.4f}'}{'' if finished(run, cap) else ' (cut)'}"
                 + "".join(f", IWAE-{args.valid_samples} {nll:.4f}" for nll, scored_run in scored if scored_run == run)
+                + notes.get(run, "")
                 for run, loss in logged.items()
             ]
             if scored:

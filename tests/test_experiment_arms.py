@@ -252,6 +252,10 @@ def test_bmi_driver_extends_a_run_short_of_validations_after_its_switch() -> Non
     assert module.extended_limit({"early_stopped": False}, early, 15) is None
     command = module.train_command(Path("out"), "full", 0, module.BUDGETS["converged"])
     assert "train.epochs=15" in command
+    converged = module.BUDGETS["converged"]
+    assert module.first_limit(Path("nowhere"), converged, []) == 15
+    assert module.first_limit(Path("nowhere"), converged, ["train.epochs=25"]) == 25  # the user's limit
+    assert module.first_limit(Path("nowhere"), module.BUDGETS["smoke"], []) is None
     smoke = module.train_command(Path("out"), "full", 0, module.BUDGETS["smoke"])
     assert not any(argument.startswith("train.epochs") for argument in smoke)
 
@@ -430,12 +434,19 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
     run("dreg-1-lam0.6-s1", [4.95, 4.85], latent(4.9, 134.3))
     run("dreg-1-lam-0.05-s2", [4.95], latent(4.85, 128.0))  # a negative λ (Table 5.2's range starts at -0.05)
     run("dreg-16-kl-lam0-s0", [4.9], latent(4.7, 110.0))
+    run("dreg-1-lam0.9-s0", [4.0], None)  # the best logged bound, but training now: no candidate, never scored
+    with (tmp_path / "dreg-1-lam0.9-s0" / "metrics.jsonl").open("a") as log:  # a bound that was not finite
+        log.write(json.dumps({"step": 9, "epoch": 9, "split": "valid", "loss": None, "ppl": None, "mi": None}) + "\n")
     lm = {"nll": 4.7, "ppl": 110.0}
     run("lm-s0", [4.8], {"eval-valid.json": {"nll": 4.75}, "eval-test.json": lm})
     png = tmp_path / "curves.png"
     arguments = argparse.Namespace(out=str(tmp_path), valid_samples=100, test_samples=500, lm_run=[], png=str(png))
-    module.cmd_table(arguments)
+    from infolm.training.run_lock import run_dir_lock
+
+    with run_dir_lock(tmp_path / "dreg-1-lam0.9-s0"):
+        module.cmd_table(arguments)
     printed = capsys.readouterr().out
+    assert "dreg-1-lam0.9-s0: 4.0000, training now: not a candidate" in printed
     row = next(line for line in printed.splitlines() if line.startswith("| dreg-1 |"))
     assert "| 3 / 0 | 0.3, 0.6, -0.05 |" in row and "| 127.9 ± 6.4 |" in row  # test ppl over the three chosen
     assert "| 0.0500 ± 0.0000 | 0.1000 ± 0.0000 |" in row  # Û − Ŝ (mi) and the rate (kl) per token
@@ -455,6 +466,8 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
         "dreg-16-kl-lam0.3-s0",
         "dreg-16-renyi-lam0.3-a2-s0",
     ]
+    todo = module.pending(tmp_path / "new", ["dreg-16-renyi"], [0.0, 0.3], 2.0, [0], [])  # the KL run stands in
+    assert sorted(run.name for run in todo) == ["dreg-16-kl-lam0-s0", "dreg-16-renyi-lam0.3-a2-s0"]
 
 
 def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypatch) -> None:

@@ -121,8 +121,9 @@ def reconstruction_bleu_scores(
     hypotheses = reconstruct(model, sentences, mode, batch_size, limit, generator)
     words = [[itos[i] for i in h] for h in hypotheses]
     references = [[itos[i] for i in s] for s in sentences]
-    ended = [[*w, "<eos>"] if len(h) < limit else w for w, h in zip(words, hypotheses)]
-    authors = bleu1(ended, [[*r, "<eos>"] for r in references], "sentence", keep_eos=True)
+    eos = [] if getattr(getattr(model, "config", None), "length_prior", False) else ["<eos>"]  # Eq. 2: none
+    ended = [[*w, *eos] if len(h) < limit else w for w, h in zip(words, hypotheses)]
+    authors = bleu1(ended, [[*r, *eos] for r in references], "sentence", keep_eos=True)
     return bleu1(words, references, bleu_mode), authors
 
 

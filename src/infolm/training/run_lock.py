@@ -44,3 +44,19 @@ def run_dir_lock(run_dir: str | Path) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def run_dir_in_use(run_dir: str | Path) -> bool:
+    """Whether an ``infolm train`` process holds the run directory's lock now (it is training)."""
+    import filelock
+
+    path = Path(run_dir) / LOCK
+    if not path.is_file():
+        return False
+    lock = filelock.FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        return True
+    lock.release()
+    return False
