@@ -89,8 +89,10 @@ def _done() -> dict[str, dict[str, Any]]:
 
 
 def _run(key: str, command: list[str]) -> None:
-    """Run ``command`` (JSON on stdout) unless ``key`` already succeeded; log command, wall time, result."""
-    if key in _done():
+    """Run ``command`` (JSON on stdout) unless ``key`` already succeeded; log command, wall time, result.
+    An evaluation (``extras/``) whose arguments changed since runs again: its record names its command."""
+    done = _done().get(key)
+    if done is not None and (not key.startswith("extras/") or done["command"] == " ".join(command)):
         print(f"[skip] {key}")
         return
     print(f"[run ] {key}: {' '.join(command)}", flush=True)
