@@ -155,22 +155,22 @@ Scoring = list[tuple[Path, subprocess.Popen[bytes]]]
 
 
 def collect_scores(scoring: Scoring) -> None:
-    """Save the output of every scoring process that has ended (atomically); drop it from ``scoring``."""
+    """Keep the output of every scoring process that has ended (renamed into place: atomic); drop it
+    from ``scoring``. Its stdout and stderr go to files, so a long evaluation never fills a pipe."""
     for path, process in list(scoring):
         if process.poll() is None:
             continue
         scoring.remove((path, process))
-        output = process.stdout.read().decode() if process.stdout else ""
         if process.returncode == 0:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(output)
-            tmp.replace(path)
+            path.with_suffix(".out.tmp").replace(path)
         else:
-            print(f"scoring {path} failed: {process.stderr.read().decode() if process.stderr else ''}", file=sys.stderr)
+            error = path.with_suffix(".err")
+            print(f"scoring {path} failed: {error.read_text()[-2000:] if error.is_file() else ''}", file=sys.stderr)
 
 
 def start_score(path: Path, command: list[str]) -> tuple[Path, subprocess.Popen[bytes]]:
-    return path, subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with path.with_suffix(".out.tmp").open("wb") as out, path.with_suffix(".err").open("wb") as err:
+        return path, subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err)
 
 
 def run_jobs(
