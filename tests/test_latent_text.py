@@ -107,3 +107,26 @@ def test_melbo_is_eq16_and_bounds_the_nll_under_the_aggregated_posterior() -> No
         log_p = torch.logsumexp(h, dim=1) - math.log(4000)  # (sources j, sentences i): ln E_q(z|x_j) p(x_i|z)
         nll = -(torch.logsumexp(log_p, dim=0) - math.log(3)).mean()
     assert result.nll >= float(nll) + 0.05  # Eq. 15: MELBO drops the mixture's other components
+
+
+def test_a_widened_proposal_bounds_the_same_model_and_leaves_it_as_it_was() -> None:
+    """At the model's own floor the widened-proposal bound is the usual IWAE bound (same draws); a wider
+    floor scores the same p(x|z) p(z) with another proposal (a different number, a valid bound too); a
+    floor below the model's is the model's; the model's floor is restored; a model without one is refused."""
+    from infolm.data.batching import sentence_batches
+    from infolm.evaluation.latent_report import widened_proposal_bound
+    from infolm.latent.evaluation import evaluate_latent
+
+    model = tiny()
+    sentences = [torch.tensor([*s, EOS]) for s in SENTENCES]
+    own = model.config.min_log_var
+    torch.manual_seed(3)
+    usual = evaluate_latent(model, sentence_batches(sentences, 2, pad_id=EOS), samples=50, chunk=10)
+    at_own = widened_proposal_bound(model, sentences, own, EOS, samples=50, chunk=10, batch_size=2, seed=3)
+    assert at_own["floor"] == own and at_own["nll"] == usual.nll
+    wider = widened_proposal_bound(model, sentences, 1.0, EOS, samples=50, chunk=10, batch_size=2, seed=3)
+    assert wider["floor"] == 1.0 and wider["nll"] != usual.nll and math.isfinite(wider["nll"])
+    assert widened_proposal_bound(model, sentences, own - 5, EOS, samples=5, seed=3)["floor"] == own
+    assert model.config.min_log_var == own
+    with pytest.raises(InfolmError, match="no log-variance floor"):
+        widened_proposal_bound(torch.nn.Linear(2, 2), sentences, 0.0, EOS)
