@@ -29,12 +29,20 @@ batch, optimizer, schedule, stopping, dropouts and init (``lm_overrides``), once
 
 Rerunning ``train`` resumes cut runs (``infolm train`` resumes its run directory) and skips finished
 ones; ``--deadline-s`` stops what still trains (a cut run is marked so in the table). Scores are
-cached as ``<run>/eval-test-iwae500.json`` and ``eval-valid-iwae100.json``.
+cached as ``<run>/eval-test-iwae500.json`` and ``eval-valid-iwae100.json``; ``table --jobs N`` runs N
+evaluations at a time. ``archive`` copies every ended run's config, log, summary and cached scores
+(no checkpoint) into ``experiments/records/thesis-table5-1/``, kept in the repository; ``table`` reads
+those records beside ``--out``'s runs (a run directory stands for a record of the same name), so the
+table outlives the machine that trained the runs::
+
+    python experiments/thesis_table5_1.py table --out runs/thesis-table5-1 --jobs 2
+    python experiments/thesis_table5_1.py archive --out runs/thesis-table5-1
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -49,15 +57,18 @@ from pathlib import Path
 from typing import Any
 
 from infolm.config import load_config
+from infolm.errors import InfolmError
 from infolm.latent.sentence_lstm import SentenceLSTMConfig
 from infolm.report import format_mean_std as mean_std
 from infolm.tasks.sentence_latent import SentenceLatentConfig
+from infolm.training.records import archive_run, is_record
 from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/ptb/thesis-table5-1-cpu.yaml"
 LM_CONFIG = "configs/ptb/sentence-lstm.yaml"
 LM = "lm"  # the baseline arm: no latents, no λ
+RECORDS = ROOT / "experiments" / "records" / "thesis-table5-1"  # the finished runs' records, kept in the repository
 
 
 def objective(arm: str, lam: float, alpha: float) -> tuple[str, dict[str, Any]]:
@@ -195,9 +206,16 @@ def finished(run: Path, cap: int) -> bool:
 
 
 def pending(
-    out: Path, arms: list[str], lams: list[float], alpha: float, seeds: list[int], extra: list[str]
+    out: Path,
+    arms: list[str],
+    lams: list[float],
+    alpha: float,
+    seeds: list[int],
+    extra: list[str],
+    records: Path = RECORDS,
 ) -> dict[Path, list[str]]:
-    """The runs still to train (or to extend), each with its command; the LM has no λ: one run per seed."""
+    """The runs still to train (or to extend), each with its command; the LM has no λ: one run per seed.
+    A run whose record (in ``records``) ended by itself is done: it is not trained again."""
     cap = epoch_cap(extra)
     todo: dict[Path, list[str]] = {}
     for seed in seeds:
@@ -206,7 +224,7 @@ def pending(
                 if arm.endswith("-renyi") and lam == 0:  # every MI term has weight 0: the KL arm's run,
                     arm = arm.removesuffix("-renyi") + "-kl"  # trained once; `table` counts it for both
                 run = out / run_name(arm, lam, alpha, seed)
-                if run not in todo and not finished(run, cap):
+                if run not in todo and not finished(run, cap) and not finished(records / run.name, cap):
                     todo[run] = train_command(out, arm, lam, alpha, seed, extra)
     return todo
 
@@ -241,7 +259,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + args.deadline_s if args.deadline_s else math.inf
     cap = epoch_cap(args.set)
-    todo = pending(out, args.arms, args.lams, args.alpha, args.seeds, args.set)
+    todo = pending(out, args.arms, args.lams, args.alpha, args.seeds, args.set, Path(args.records))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     call = {"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine()}
     with (out / "calls.jsonl").open("a") as handle:
@@ -253,6 +271,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         if left <= 0:
             return {"run": run.name, "rc": "not started: past the deadline"}
         record = run_one(command, run, left if math.isfinite(left) else None, cap)  # type: ignore[arg-type]
+        record.update(commit=call["commit"], machine=call["machine"])  # what a record of the run keeps
         with (out / "jobs.jsonl").open("a") as handle:
             handle.write(json.dumps(record) + "\n")
         print(f"{run.name}: {record['rc']} ({record.get('wall_s', 0):.0f} s)", file=sys.stderr, flush=True)
@@ -335,8 +354,13 @@ def plot_curves(curves: dict[str, list[tuple[int, float, float | None]]], path: 
 
 
 def score(run: Path, split: str, samples: int | None, path: Path) -> dict[str, Any]:
-    """``infolm evaluate`` of the run's best checkpoint, cached in ``path``."""
+    """``infolm evaluate`` of the run's best checkpoint, cached in ``path``. A record's cached scores are
+    final (it has no checkpoint; a checkout's file times say nothing of which file came first)."""
     log = run / "metrics.jsonl"
+    if is_record(run):
+        if path.is_file():
+            return dict(json.loads(path.read_text()))
+        raise SystemExit(f"{run} is a record without {path.name}: it has no checkpoint to score")
     if path.is_file() and (not log.is_file() or path.stat().st_mtime >= log.stat().st_mtime):
         return dict(json.loads(path.read_text()))
     command = [sys.executable, "-m", "infolm", "evaluate", str(run), "--split", split, "--full-splits", "--json"]
@@ -368,14 +392,64 @@ def per_token_kl(found: dict[str, Any]) -> float:
     return per_token(found, "mi")
 
 
+def table_runs(out: Path, records: list[Path]) -> list[Path]:
+    """The run directories under ``out`` and the records under each of ``records`` (in that order of
+    precedence: a run directory stands for a record of the same name), sorted by name."""
+    found: dict[str, Path] = {}
+    for folder in [out, *records]:
+        if folder.is_dir():
+            for path in sorted(folder.iterdir()):
+                if (path / "metrics.jsonl").is_file() and not path.name.startswith("."):
+                    found.setdefault(path.name, path)
+    return [found[name] for name in sorted(found)]
+
+
+def prefetch(calls: list[tuple[Path, str, int | None, Path]], jobs: int) -> None:
+    """Fill the score caches of ``calls`` (``score``'s arguments), ``jobs`` evaluations at a time; a
+    failure is left for the table's own pass, which reports it where it reads the score."""
+
+    def one(call: tuple[Path, str, int | None, Path]) -> None:
+        with contextlib.suppress(SystemExit):
+            score(*call)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(one, calls))
+
+
+def choose(
+    found: list[Path], valid_samples: int, jobs: int
+) -> tuple[dict[Path, float | None], list[tuple[float, Path]], dict[Path, str]]:
+    """One arm's candidate runs of one seed: each one's best logged bound, the (IWAE-``valid_samples``
+    validation NLL, run) of those scored, and a note on each run that is no candidate."""
+    logged = {run: best_valid(run) for run in found}  # each run's log read once
+    # λ is chosen on the validation bound of the thesis's K (IWAE-100), every candidate's best
+    # checkpoint scored: the IWAE-10 of training is looser the more a run uses its latents
+    notes = {run: ", training now: not a candidate" for run in found if run_dir_in_use(run)}
+    open_runs = [run for run, loss in logged.items() if loss is not None and run not in notes]
+    if jobs > 1:
+        prefetch(
+            [(run, "valid", valid_samples, run / f"eval-valid-iwae{valid_samples}.json") for run in open_runs], jobs
+        )
+    scored: list[tuple[float, Path]] = []
+    for run in open_runs:  # a run still training is no candidate yet (its score would go stale)
+        try:
+            scored.append((valid_score(run, valid_samples)["nll"], run))
+        except SystemExit as failure:
+            notes[run] = f", not a candidate: {failure}"
+    return logged, scored, notes
+
+
 def cmd_table(args: argparse.Namespace) -> None:
     out = Path(args.out)
-    if not out.is_dir():
-        raise SystemExit(f"{out} is not a directory of Table 5.1 runs")
+    records = [Path(folder) for folder in args.records]
+    if not out.is_dir() and not any(folder.is_dir() for folder in records):
+        raise SystemExit(f"{out} is not a directory of Table 5.1 runs, and no folder of records was found")
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
     cap = epoch_cap([])
     runs: dict[str, dict[int, list[Path]]] = {arm: {} for arm in ARMS}
     lm_runs: list[Path] = []
-    for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
+    for run in table_runs(out, records):
         match = RUN_NAME.match(run.name)
         if match and match["arm"] in runs:
             runs[match["arm"]].setdefault(int(match["seed"]), []).append(run)
@@ -393,24 +467,11 @@ def cmd_table(args: argparse.Namespace) -> None:
     ]
     candidates: list[str] = []
     per_seed: list[str] = []  # each chosen run's scores, and each LM run's
+    choices: dict[str, list[tuple[int, Path]]] = {}
     for arm in ARMS:
         chosen: list[tuple[int, Path]] = []
         for seed, found in sorted(runs[arm].items()):
-            logged = {run: best_valid(run) for run in found}  # each run's log read once
-            # λ is chosen on the validation bound of the thesis's K (IWAE-100), every candidate's best
-            # checkpoint scored: the IWAE-10 of training is looser the more a run uses its latents
-            scored: list[tuple[float, Path]] = []
-            notes: dict[Path, str] = {}
-            for run, loss in logged.items():
-                if loss is None:
-                    continue
-                if run_dir_in_use(run):  # a run still training is no candidate yet (its score would go stale)
-                    notes[run] = ", training now: not a candidate"
-                    continue
-                try:
-                    scored.append((valid_score(run, args.valid_samples)["nll"], run))
-                except SystemExit as failure:
-                    notes[run] = f", not a candidate: {failure}"
+            logged, scored, notes = choose(found, args.valid_samples, args.jobs)
             candidates += [
                 f"{run.name}: {'–' if loss is None else f'{loss:.4f}'}{'' if finished(run, cap) else ' (cut)'}"
                 + "".join(f", IWAE-{args.valid_samples} {nll:.4f}" for nll, scored_run in scored if scored_run == run)
@@ -419,14 +480,21 @@ def cmd_table(args: argparse.Namespace) -> None:
             ]
             if scored:
                 chosen.append((seed, min(scored)[1]))
+        choices[arm] = chosen
+    test_path = f"eval-test-iwae{args.test_samples}.json"
+    if args.jobs > 1:  # the chosen runs' test scores, and the LM runs' below, at once
+        wanted = {(run, "test", args.test_samples, run / test_path) for c in choices.values() for _, run in c}
+        lm_paths = [(run, split, None, run / f"eval-{split}.json") for run in lm_runs for split in ("valid", "test")]
+        prefetch(sorted(wanted) + lm_paths, args.jobs)
+    for arm in ARMS:
+        chosen = choices[arm]
         ppl, nll, kl = THESIS[arm]
         if not chosen:
             if runs[arm]:
                 lines.append(f"| {arm} | no validation yet | – | – | – | – | – | – | – | {ppl} / {nll} / {kl:.3f} |")
             continue
         valid = [valid_score(run, args.valid_samples) for _, run in chosen]
-        test = [score(run, "test", args.test_samples, run / f"eval-test-iwae{args.test_samples}.json")
-                for _, run in chosen]  # fmt: skip
+        test = [score(run, "test", args.test_samples, run / test_path) for _, run in chosen]
         done = sum(finished(run, cap) for _, run in chosen)
         per_seed += [
             f"{run.name}: valid NLL {v['nll']:.4f}, test ppl {t['ppl']:.2f}, NLL {t['nll']:.4f}, "
@@ -484,6 +552,29 @@ def cmd_table(args: argparse.Namespace) -> None:
         plot_curves(curves, Path(args.png))
 
 
+def cmd_archive(args: argparse.Namespace) -> None:
+    """Archive each run of ``--out`` that ended (it has its summary; a run still training, or cut and
+    not yet resumed, is left out) with the driver's job records of it. Run after ``table``, so that the
+    record holds the scores the table read."""
+    out, records = Path(args.out), Path(args.records)
+    if not out.is_dir():
+        raise SystemExit(f"{out} is not a directory of Table 5.1 runs")
+    jobs = read_jsonl(out / "jobs.jsonl")
+    cap = epoch_cap([])
+    for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
+        if not (RUN_NAME.match(run.name) or LM_RUN_NAME.match(run.name)):
+            continue
+        if run_dir_in_use(run) or not (run / "train-summary.json").is_file():
+            print(f"{run.name}: not ended, left out", file=sys.stderr)
+            continue
+        meta = {"jobs": [job for job in jobs if job.get("run") == run.name], "ended_by_itself": finished(run, cap)}
+        try:
+            target = archive_run(run, records, meta)
+        except InfolmError as failure:
+            raise SystemExit(str(failure)) from None
+        print(f"{run.name}: archived in {target}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -498,6 +589,7 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1, help="runs at a time")
     p.add_argument("--deadline-s", type=float, default=0, help="stop what trains after this many s (0: never)")
     p.add_argument("--set", nargs="*", default=[], help="overrides for every run (e.g. run.device=cuda)")
+    p.add_argument("--records", default=str(RECORDS), help="runs archived here that ended are not trained again")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("table", help="pick λ on validation, score on test and print the table")
     p.add_argument("--out", default="runs/thesis-table5-1")
@@ -505,7 +597,15 @@ def main() -> None:
     p.add_argument("--test-samples", type=int, default=500, help="IWAE-K on test (thesis: 500)")
     p.add_argument("--lm-run", nargs="*", default=[], help="other sentence LM runs, a row each")
     p.add_argument("--png", default="", help="write every run's validation curves here")
+    p.add_argument(
+        "--records", nargs="*", default=[str(RECORDS)], help="folders of archived runs read beside --out's runs"
+    )
+    p.add_argument("--jobs", type=int, default=1, help="evaluations at a time")
     p.set_defaults(func=cmd_table)
+    p = sub.add_parser("archive", help="copy every ended run's config, log and scores into the records")
+    p.add_argument("--out", default="runs/thesis-table5-1")
+    p.add_argument("--records", default=str(RECORDS), help="the folder of records to write")
+    p.set_defaults(func=cmd_archive)
     args = parser.parse_args()
     args.func(args)
 

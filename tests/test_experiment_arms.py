@@ -299,7 +299,7 @@ def test_table5_1_lm_baseline_trains_with_the_latent_arms_settings(tmp_path: Pat
     with pytest.raises(SystemExit, match="no recurrent-state dropout"):
         module.train_command(tmp_path, module.LM, 0.3, 2.0, 0, ["model.dropout_state=0.5"])
     # one LM run per seed, whatever the λ grid
-    todo = module.pending(tmp_path, [module.LM, "dreg-1"], [0.0, 0.3], 2.0, [0, 1], [])
+    todo = module.pending(tmp_path, [module.LM, "dreg-1"], [0.0, 0.3], 2.0, [0, 1], [], tmp_path / "no-records")
     assert sorted(run.name for run in todo) == sorted(
         ["lm-s0", "lm-s1", "dreg-1-lam0-s0", "dreg-1-lam0.3-s0", "dreg-1-lam0-s1", "dreg-1-lam0.3-s1"]
     )
@@ -402,11 +402,14 @@ def test_smim_table_reuses_a_report_only_for_the_settings_it_was_computed_with(t
     assert module.report_path(tmp_path, 0, 500).name == "report-test-iwae500-all.json"
 
 
-def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(jobs: int, tmp_path: Path, capsys) -> None:
     """``table`` picks each seed's λ by the IWAE-100 validation bound of every candidate's best checkpoint
     (not the IWAE-10 logged in training), scores the chosen run on test (no evaluation runs here: every
     score is cached after its log), lists each chosen run, and prints Table 5.1's KL as Û − Ŝ per token
-    beside the rate. A Rényi arm's λ = 0 candidate is the KL arm's λ = 0 run (the same objective)."""
+    beside the rate. A Rényi arm's λ = 0 candidate is the KL arm's λ = 0 run (the same objective). With
+    evaluations run in parallel (``--jobs 2``) the table is the same. Archived, the ended runs rebuild the
+    same table from their records alone."""
     import argparse
 
     module = experiment("thesis_table5_1")
@@ -440,12 +443,26 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
     lm = {"nll": 4.7, "ppl": 110.0}
     run("lm-s0", [4.8], {"eval-valid.json": {"nll": 4.75}, "eval-test.json": lm})
     png = tmp_path / "curves.png"
-    arguments = argparse.Namespace(out=str(tmp_path), valid_samples=100, test_samples=500, lm_run=[], png=str(png))
+    records = tmp_path / "records"
+    arguments = argparse.Namespace(
+        out=str(tmp_path), valid_samples=100, test_samples=500, lm_run=[], png=str(png), records=[], jobs=jobs
+    )
     from infolm.training.run_lock import run_dir_lock
 
     with run_dir_lock(tmp_path / "dreg-1-lam0.9-s0"):
         module.cmd_table(arguments)
+        module.cmd_archive(argparse.Namespace(out=str(tmp_path), records=str(records)))
     printed = capsys.readouterr().out
+    archived = sorted(path.name for path in records.iterdir())
+    assert "dreg-1-lam0.9-s0" not in archived and len(archived) == 6  # training now: left out
+    alone = argparse.Namespace(**{**vars(arguments), "out": str(tmp_path / "gone"), "records": [str(records)]})
+    alone.png = ""
+    module.cmd_table(alone)
+    from_records = capsys.readouterr().out
+    training = "  dreg-1-lam0.9-s0: 4.0000, training now: not a candidate\n"
+    assert from_records.split("\nvalidation perplexity")[0] == printed.split("\nvalidation perplexity")[0].replace(
+        training, ""
+    )
     assert "dreg-1-lam0.9-s0: 4.0000, training now: not a candidate" in printed
     row = next(line for line in printed.splitlines() if line.startswith("| dreg-1 |"))
     assert "| 3 / 0 | 0.3, 0.6, -0.05 |" in row and "| 127.9 ± 6.4 |" in row  # test ppl over the three chosen
@@ -460,14 +477,20 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(tmp_path:
     assert "  dreg-1-lam0.6-s0: 164.0, 127.7\n  dreg-1-lam0.6-s0 KL: 0.000, 0.250\n" in curves
     assert "  lm-s0: 121.5\n" in curves and "lm-s0 KL" not in curves
     assert png.stat().st_size > 0
-    todo = module.pending(tmp_path / "new", ["dreg-16-kl", "dreg-16-renyi"], [0.0, 0.3], 2.0, [0], [])
+    todo = module.pending(
+        tmp_path / "new", ["dreg-16-kl", "dreg-16-renyi"], [0.0, 0.3], 2.0, [0], [], tmp_path / "no-records"
+    )
     assert sorted(run.name for run in todo) == [
         "dreg-16-kl-lam0-s0",
         "dreg-16-kl-lam0.3-s0",
         "dreg-16-renyi-lam0.3-a2-s0",
     ]
-    todo = module.pending(tmp_path / "new", ["dreg-16-renyi"], [0.0, 0.3], 2.0, [0], [])  # the KL run stands in
+    todo = module.pending(
+        tmp_path / "new", ["dreg-16-renyi"], [0.0, 0.3], 2.0, [0], [], tmp_path / "no-records"
+    )  # the KL run stands in
     assert sorted(run.name for run in todo) == ["dreg-16-kl-lam0-s0", "dreg-16-renyi-lam0.3-a2-s0"]
+    todo = module.pending(tmp_path / "new", ["lm", "dreg-1"], [0.3, 0.45], 2.0, [0], [], records)
+    assert sorted(run.name for run in todo) == ["dreg-1-lam0.45-s0"]  # the archived runs are done
 
 
 def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypatch) -> None:

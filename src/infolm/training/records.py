@@ -1,0 +1,83 @@
+"""A run's record: the small files of a finished run directory, kept where version control holds them.
+
+A run directory holds megabytes of checkpoints beside a few kilobytes that every table is built from:
+``config.yaml`` and ``overrides.json`` (what ran), ``metrics.jsonl`` (the log), ``train-summary.json``
+(how it ended) and the cached scores (``eval-*.json``, ``report-*.json``). A long experiment can
+outlive the machine its runs trained on, so a driver copies those files into a folder of records in the
+repository (``archive_run``), and rebuilds its table from the run directories and the records together.
+
+A record is read-only evidence: it has no checkpoint, so nothing in it can be scored again, and a
+table must take its cached scores as they are (``is_record``). ``record.json`` says where it came from
+and what the driver knew of the run (its commands, commit, wall time, machine).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from infolm.errors import InfolmError
+from infolm.training.checkpoint import write_json_atomic
+from infolm.training.run_lock import run_dir_in_use
+
+RECORD = "record.json"
+LEFT_OUT = frozenset({"vocab.json"})  # rebuilt from the config's data section; 100 kB a run on PTB
+MAX_FILE_BYTES = 4_000_000  # a log past this is no longer a small file: refused, never truncated
+
+
+def is_record(run: str | Path) -> bool:
+    """Whether ``run`` is an archived record (no checkpoints: its cached scores are final)."""
+    return (Path(run) / RECORD).is_file()
+
+
+def record_files(run: Path) -> list[Path]:
+    """The files of ``run`` that its record keeps: every top-level file but hidden ones (the lock),
+    the vocabulary and temporary files; folders (``checkpoints/``) are left out."""
+    return [
+        path
+        for path in sorted(run.iterdir())
+        if path.is_file()
+        and not path.name.startswith(".")
+        and path.name not in LEFT_OUT
+        and path.suffix != ".tmp"
+        and path.name != RECORD
+    ]
+
+
+def archive_run(run: str | Path, records: str | Path, meta: dict[str, Any] | None = None) -> Path:
+    """Copy the small files of the run directory ``run`` into ``records/<run's name>``, with a
+    ``record.json`` holding ``meta``; an earlier record of the same name is replaced whole. The copy is
+    made in a hidden folder beside and renamed into place, so an interrupted archive never leaves a
+    half-written record. Refuses (``InfolmError``) a run that is training now, a run directory without a
+    log, and a file too large for version control."""
+    run, records = Path(run), Path(records)
+    if not (run / "metrics.jsonl").is_file():
+        raise InfolmError(f"{run} is not a run directory (no metrics.jsonl)")
+    if is_record(run):
+        raise InfolmError(f"{run} is already a record")
+    if run_dir_in_use(run):
+        raise InfolmError(f"{run} is training now: archive it when it has ended")
+    files = record_files(run)
+    for path in files:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InfolmError(f"{path} is {size} bytes, more than a record keeps ({MAX_FILE_BYTES})")
+    records.mkdir(parents=True, exist_ok=True)
+    target = records / run.name
+    staging = records / f".{run.name}.new"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for path in files:
+        shutil.copy2(path, staging / path.name)
+    write_json_atomic(staging / RECORD, {"source": str(run.resolve()), "files": [p.name for p in files]} | (meta or {}))
+    if target.exists():
+        old = records / f".{run.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old)
+    else:
+        os.replace(staging, target)
+    return target

@@ -1,0 +1,81 @@
+"""A run's record keeps the small files of a run directory (config, log, summary, cached scores) and
+nothing else, is written whole or not at all, and cannot be scored again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infolm.errors import InfolmError
+from infolm.training import records
+from infolm.training.run_lock import run_dir_lock
+from tests.test_experiment_arms import experiment
+
+
+def make_run(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text("run:\n  seed: 1\n")
+    (path / "metrics.jsonl").write_text(json.dumps({"step": 1, "split": "valid", "loss": 4.0}) + "\n")
+    (path / "train-summary.json").write_text(json.dumps({"epoch": 3, "early_stopped": True}))
+    (path / "eval-test.json").write_text(json.dumps({"nll": 4.1}))
+    (path / "vocab.json").write_text(json.dumps(["<unk>", "a"]))
+    (path / "checkpoints").mkdir()
+    (path / "checkpoints" / "last.pt").write_bytes(b"\0" * 1000)
+    (path / "eval-test.tmp").write_text("half")
+    return path
+
+
+def test_a_record_keeps_the_small_files_and_the_meta(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs" / "lm-s1")
+    with run_dir_lock(run):  # leaves .lock and .lock.owner behind, as a training run does
+        pass
+    target = records.archive_run(run, tmp_path / "records", {"commit": "abc1234", "wall_s": 12.5})
+    assert target == tmp_path / "records" / "lm-s1"
+    kept = sorted(path.name for path in target.iterdir())
+    assert kept == ["config.yaml", "eval-test.json", "metrics.jsonl", "record.json", "train-summary.json"]
+    for name in kept[:-2] + ["train-summary.json"]:
+        assert (target / name).read_bytes() == (run / name).read_bytes()
+    meta = json.loads((target / "record.json").read_text())
+    assert meta["commit"] == "abc1234" and meta["wall_s"] == 12.5
+    assert meta["files"] == ["config.yaml", "eval-test.json", "metrics.jsonl", "train-summary.json"]
+    assert records.is_record(target) and not records.is_record(run)
+    assert [path.name for path in (tmp_path / "records").iterdir()] == ["lm-s1"]  # no staging folder left
+
+
+def test_archiving_again_replaces_the_record_whole(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs" / "lm-s1")
+    records.archive_run(run, tmp_path / "records")
+    (run / "eval-test.json").unlink()
+    (run / "eval-valid.json").write_text(json.dumps({"nll": 4.0}))
+    target = records.archive_run(run, tmp_path / "records")
+    assert not (target / "eval-test.json").exists() and (target / "eval-valid.json").is_file()
+    assert sorted(path.name for path in (tmp_path / "records").iterdir()) == ["lm-s1"]
+
+
+def test_archive_refuses_what_is_no_finished_small_run(tmp_path: Path, monkeypatch) -> None:
+    run = make_run(tmp_path / "runs" / "lm-s1")
+    with run_dir_lock(run), pytest.raises(InfolmError, match="training now"):
+        records.archive_run(run, tmp_path / "records")
+    with pytest.raises(InfolmError, match="not a run directory"):
+        records.archive_run(tmp_path / "runs", tmp_path / "records")
+    monkeypatch.setattr(records, "MAX_FILE_BYTES", 40)
+    with pytest.raises(InfolmError, match="metrics.jsonl is [0-9]+ bytes"):
+        records.archive_run(run, tmp_path / "records")
+    assert not (tmp_path / "records" / "lm-s1").exists()
+    monkeypatch.undo()
+    target = records.archive_run(run, tmp_path / "records")
+    with pytest.raises(InfolmError, match="already a record"):
+        records.archive_run(target, tmp_path / "elsewhere")
+
+
+def test_a_record_is_never_scored_again(tmp_path: Path) -> None:
+    """A record's cached score is read whatever the file times say (a checkout sets them all); a score it
+    lacks is an error naming it, not an evaluation of a checkpoint that is not there."""
+    module = experiment("thesis_table5_1")
+    target = records.archive_run(make_run(tmp_path / "runs" / "lm-s1"), tmp_path / "records")
+    (target / "metrics.jsonl").touch()  # now newer than the cached score
+    assert module.score(target, "test", None, target / "eval-test.json") == {"nll": 4.1}
+    with pytest.raises(SystemExit, match="record without eval-valid.json"):
+        module.score(target, "valid", None, target / "eval-valid.json")
