@@ -16,6 +16,8 @@ for seed in $seeds; do
   for arm in $arms; do
     run="runs/smim-ptb-cpu/${arm}-s${seed}"
     [[ -f "$run/train-summary.json" ]] && continue
+    # archived by `smim_ptb_table2.py --archive` (the run ended and was scored): done
+    [[ -f "experiments/records/smim-ptb-cpu/${arm}-s${seed}/train-summary.json" ]] && continue
     base=${arm%-kl}
     base=${base%-z*}
     config="configs/ptb/${base}-cpu.yaml"

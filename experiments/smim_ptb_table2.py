@@ -9,17 +9,27 @@ active units, BLEU-1 of greedy reconstructions, Kraskov entropy of the codes, an
 sentence LSTM LM on the same sentences with its task's evaluation. Each run's report is saved as
 ``<run>/report-test-iwae<K>-<N>.json`` (``<run>/report-test-<N>.json`` for the LM; N is ``all`` for
 the whole split) and reused only for the same K and N.
+
+``--archive`` then copies each scored run's config, log, summary and reports (no checkpoint) into
+``experiments/records/smim-ptb-cpu/``, kept in the repository; a run found there and not under
+``--runs`` is read from its record (its reports are final: a record cannot be scored again), and
+``smim_ptb_cpu.sh`` does not train it again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
+from infolm.errors import InfolmError
 from infolm.report import format_mean_std as mean_std
 from infolm.training.checkpoint import write_json_atomic
+from infolm.training.records import archive_run, is_record
+
+RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records" / "smim-ptb-cpu"
 
 LATENT = {
     "smim": "sMIM (A-MIM)",
@@ -58,6 +68,8 @@ def latent_run_report(run: Path, samples: int, sentences: int, floors: list[floa
     from infolm.build import load_run
     from infolm.objectives.base import deterministic_latent
 
+    if is_record(run):
+        return recorded(run, report_path(run, sentences, samples), floors)
     config, corpus, model = load_run(run, "cpu", full_splits=True)
     deterministic = deterministic_latent(config.objective)
     saved = report_path(run, sentences, samples)
@@ -102,6 +114,17 @@ def new_report(model: Any, corpus: Any, samples: int, sentences: int, determinis
     )
 
 
+def recorded(run: Path, saved: Path, floors: list[float] | None = None) -> dict[str, Any]:
+    """A record's report for these settings, as it is (a record has no checkpoint to score again)."""
+    if not saved.is_file():
+        raise SystemExit(f"{run} is a record without {saved.name}: it has no checkpoint to score")
+    report = dict(json.loads(saved.read_text()))
+    missing = [floor for floor in floors or [] if f"{floor:g}" not in report.get("widened", {})]
+    if missing and not report["bounds"].get("deterministic"):
+        raise SystemExit(f"{run} is a record without the bounds of proposal floors {missing}")
+    return report
+
+
 def fresh(report: Path, run: Path) -> bool:
     """A cached report is used only if it is newer than the run's log (a run trained further since is
     scored again)."""
@@ -113,6 +136,8 @@ def lm_run_report(run: Path, sentences: int) -> dict[str, Any]:
     from infolm.build import build_task, load_run
 
     saved = report_path(run, sentences)
+    if is_record(run):
+        return recorded(run, saved)
     if fresh(saved, run):
         return dict(json.loads(saved.read_text()))
     config, corpus, model = load_run(run, "cpu", full_splits=True)
@@ -153,15 +178,19 @@ def main() -> None:
         default=[],
         help="also bound each latent model with its proposal's log-variance floor raised to these (e.g. -6 -4 -2)",
     )
+    parser.add_argument("--records", default=str(RECORDS), help="a folder of archived runs read beside --runs")
+    parser.add_argument("--archive", action="store_true", help="then archive every scored run in --records")
     args = parser.parse_args()
     if args.samples < 1 or args.sentences < 0:
         raise SystemExit(f"--samples must be at least 1 and --sentences 0 or more: {args.samples}, {args.sentences}")
     seeds = [int(s) for s in args.seeds.split(",")]
-    root = Path(args.runs)
+    root, records = Path(args.runs), Path(args.records)
     rows = []
+    scored: list[Path] = []
     for name, label in [*LATENT.items(), ("sentence-lstm", "sentence LSTM LM")]:
-        runs = [root / f"{name}-s{seed}" for seed in seeds if (root / f"{name}-s{seed}" / "config.yaml").exists()]
+        runs = [found for seed in seeds if (found := locate(root, records, f"{name}-s{seed}")) is not None]
         runs = [run for run in runs if finished(run)]
+        scored += [run for run in runs if not is_record(run)]
         if not runs:
             continue
         keys = ("nll", "tightest", "ppl", "kl", "mi", "au", "bleu", "bleu_authors", "ent", "melbo")
@@ -210,6 +239,20 @@ def main() -> None:
     print("| --- " * 16 + "|")
     for row in rows:
         print(row)
+    if args.archive:
+        for run in scored:
+            try:
+                print(f"{run.name}: archived in {archive_run(run, records)}", file=sys.stderr)
+            except InfolmError as failure:
+                raise SystemExit(str(failure)) from None
+
+
+def locate(root: Path, records: Path, name: str) -> Path | None:
+    """The run ``name``: its run directory under ``root``, else its record, else None."""
+    for folder in (root, records):
+        if (folder / name / "config.yaml").is_file():
+            return folder / name
+    return None
 
 
 if __name__ == "__main__":

@@ -523,3 +523,38 @@ def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypat
     assert first["at"] <= float((tmp_path / "none-s1" / "started").read_text())  # scored before the next began
     assert (tmp_path / "none-s1" / "eval-test.json").is_file()
     assert json.loads((tmp_path / "none-s1" / "train-summary.json").read_text())["early_stopped"] is True
+
+
+def test_smim_table_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A run found only as a record is tabled from its cached report (never loaded or scored); a record
+    without the report the settings ask for is refused with one line naming it."""
+    module = experiment("smim_ptb_table2")
+    records = tmp_path / "records"
+    bounds = {"nll": 160.0, "ppl": 1300.0, "rate": 70.0, "mutual_information": 69.0, "active_units": 16}
+    report = {
+        "bounds": bounds,
+        "reconstruction": {"bleu1": 0.34, "bleu1_authors": 0.37},
+        "latent_entropy": {"entropy": 4.1},
+        "melbo": {"nll": 101.0},
+        "widened": {"-4": {"nll": 123.0}},
+    }
+    for name, file, payload in (
+        ("smim-s0", "report-test-iwae500-all.json", report),
+        ("sentence-lstm-s0", "report-test-all.json", {"values": {"sentence_nll": 107.0, "ppl": 132.0}}),
+    ):
+        run = records / name
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text("run:\n  seed: 0\n")
+        (run / "train-summary.json").write_text("{}")
+        (run / "record.json").write_text("{}")
+        (run / file).write_text(json.dumps(payload))
+    argv = ["smim_ptb_table2.py", "--runs", str(tmp_path / "none"), "--records", str(records), "--samples", "500"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "0", "--proposal-floors", "-4"])
+    module.main()
+    rows = capsys.readouterr().out.splitlines()
+    smim = next(row for row in rows if row.startswith("| sMIM (A-MIM) |"))
+    assert "| 1 | 160.00 | 123.00 | 1300.00 |" in smim and "| 0.340 | 0.370 |" in smim
+    assert any(row.startswith("| sentence LSTM LM | 1 | 107.00 | 107.00 | 132.00 |") for row in rows)
+    monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000"])
+    with pytest.raises(SystemExit, match="smim-s0 is a record without report-test-iwae500-1000.json"):
+        module.main()

@@ -23,6 +23,10 @@ def make_run(path: Path) -> Path:
     (path / "vocab.json").write_text(json.dumps(["<unk>", "a"]))
     (path / "checkpoints").mkdir()
     (path / "checkpoints" / "last.pt").write_bytes(b"\0" * 1000)
+    for name, commit in (("step-00000010", "aaa"), ("best", "bbb"), ("step-00000020", "bbb")):
+        (path / "checkpoints" / name).mkdir()
+        meta = {"git_commit": commit, "step": 10, "machine": "x86_64", "versions": {"torch": "2"}, "config": {}}
+        (path / "checkpoints" / name / "meta.json").write_text(json.dumps(meta))
     (path / "eval-test.tmp").write_text("half")
     return path
 
@@ -40,6 +44,8 @@ def test_a_record_keeps_the_small_files_and_the_meta(tmp_path: Path) -> None:
     meta = json.loads((target / "record.json").read_text())
     assert meta["commit"] == "abc1234" and meta["wall_s"] == 12.5
     assert meta["files"] == ["config.yaml", "eval-test.json", "metrics.jsonl", "train-summary.json"]
+    best = {"step": 10, "git_commit": "bbb", "versions": {"torch": "2"}, "machine": "x86_64"}
+    assert meta["checkpoints"] == {"commits": ["bbb", "aaa"], "best": best}  # best first, then by folder name
     assert records.is_record(target) and not records.is_record(run)
     assert [path.name for path in (tmp_path / "records").iterdir()] == ["lm-s1"]  # no staging folder left
 

@@ -8,11 +8,13 @@ repository (``archive_run``), and rebuilds its table from the run directories an
 
 A record is read-only evidence: it has no checkpoint, so nothing in it can be scored again, and a
 table must take its cached scores as they are (``is_record``). ``record.json`` says where it came from
-and what the driver knew of the run (its commands, commit, wall time, machine).
+what its checkpoints said of how it trained (commits, versions, machine), and what the driver knew of
+the run (its commands, wall time).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -46,6 +48,24 @@ def record_files(run: Path) -> list[Path]:
     ]
 
 
+def checkpoint_provenance(run: Path) -> dict[str, Any]:
+    """What the run's checkpoints say of how it trained: the commit, versions and machine of its best
+    checkpoint, and every commit that wrote a checkpoint (a resumed run may span several)."""
+    metas = sorted((run / "checkpoints").glob("*/meta.json")) if (run / "checkpoints").is_dir() else []
+    found: dict[str, Any] = {"commits": []}
+    for path in metas:
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        commit = meta.get("git_commit")
+        if commit and commit not in found["commits"]:
+            found["commits"].append(commit)
+        if path.parent.name == "best":
+            found["best"] = {key: meta.get(key) for key in ("step", "git_commit", "versions", "machine")}
+    return found
+
+
 def archive_run(run: str | Path, records: str | Path, meta: dict[str, Any] | None = None) -> Path:
     """Copy the small files of the run directory ``run`` into ``records/<run's name>``, with a
     ``record.json`` holding ``meta``; an earlier record of the same name is replaced whole. The copy is
@@ -71,7 +91,8 @@ def archive_run(run: str | Path, records: str | Path, meta: dict[str, Any] | Non
     staging.mkdir()
     for path in files:
         shutil.copy2(path, staging / path.name)
-    write_json_atomic(staging / RECORD, {"source": str(run.resolve()), "files": [p.name for p in files]} | (meta or {}))
+    known = {"source": str(run.resolve()), "files": [p.name for p in files], "checkpoints": checkpoint_provenance(run)}
+    write_json_atomic(staging / RECORD, known | (meta or {}))
     if target.exists():
         old = records / f".{run.name}.old"
         shutil.rmtree(old, ignore_errors=True)
