@@ -30,6 +30,14 @@ and the learning curves from the run directories alone::
 Rerunning ``train`` resumes the runs that were cut (``infolm train`` resumes a run directory) and
 skips the runs and scores that are complete. ``--from-cut-baselines`` starts the continuations from
 baselines that were cut before early stopping, from their best weights (the table marks them cut).
+
+``archive`` copies every ended and scored run's config, log, summary and scores (no checkpoint) into
+``experiments/records/imm-ptb-table2-converged/``, kept in the repository; ``table`` reads those
+records beside ``--out``'s runs (a run directory stands for a record of the same name) and ``train``
+does not train a recorded run again. A continuation needs its baseline's weights: a seed whose
+baseline is only a record cannot be continued (train its baseline again under another ``--out``)::
+
+    python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
 """
 
 from __future__ import annotations
@@ -46,9 +54,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infolm.errors import InfolmError
 from infolm.report import format_mean_std as mean_std
+from infolm.training.records import archive_run
 
 ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "experiments" / "records" / "imm-ptb-table2-converged"  # ended runs, kept in the repository
 BASELINE = "configs/ptb/imm-table2-cpu.yaml"
 CONTINUE = "configs/ptb/imm-table2-cpu-continue.yaml"
 IMM = "objective.imm={weight: 0.2, k: 10, j: 5, restricted_order: 2, sample_chunk: 10}"
@@ -181,12 +192,20 @@ def run_jobs(
     log: Path,
     from_cut: bool = False,
     induced_tokens: int | None = None,
+    records: Path | None = None,
 ) -> None:
     """Run ``jobs`` ``slots`` at a time in dependency order; terminate what runs at ``deadline``.
     ``from_cut``: a job also starts after a run that was cut but has best weights. Unless
     ``induced_tokens`` is None, a run that ends by itself is scored at once, its scoring taking a slot
-    before the next training job does (a queue longer than a working session still leaves its numbers)."""
-    pending = [job for job in jobs if not finished(out / job.name)]
+    before the next training job does (a queue longer than a working session still leaves its numbers).
+    A job whose run ended as a record in ``records`` is done; one that needs the weights of a run that
+    is only a record is skipped with a line saying so."""
+    recorded = {job.name for job in jobs if records is not None and finished(records / job.name)}
+    pending = [job for job in jobs if not finished(out / job.name) and job.name not in recorded]
+    for job in list(pending):
+        if job.after in recorded and not finished(out / job.after):
+            print(f"skipping {job.name}: {job.after} is only a record (no weights to continue from)", file=sys.stderr)
+            pending.remove(job)
 
     def done(name: str) -> bool:
         return finished(out / name) or (from_cut and has_best(out / name))
@@ -316,7 +335,16 @@ def cmd_train(args: argparse.Namespace) -> None:
     with (out / "calls.jsonl").open("a") as handle:
         handle.write(json.dumps({"argv": sys.argv, "commit": commit.stdout.strip(), "machine": machine}) + "\n")
     reserve = deadline - args.eval_reserve_s
-    run_jobs(jobs, args.jobs, reserve, out, out / "jobs.jsonl", args.from_cut_baselines, args.induced_max_train_tokens)
+    run_jobs(
+        jobs,
+        args.jobs,
+        reserve,
+        out,
+        out / "jobs.jsonl",
+        args.from_cut_baselines,
+        args.induced_max_train_tokens,
+        Path(args.records),
+    )
     score_runs(out, [job.name for job in jobs], args.jobs, deadline, args.induced_max_train_tokens)
     print(f"done in {time.time() - start:.0f} s", file=sys.stderr)
 
@@ -352,13 +380,42 @@ def run_numbers(run: Path) -> dict[str, Any] | None:
     }
 
 
+def table_runs(out: Path, records: list[Path]) -> list[Path]:
+    """The run directories under ``out`` and the records under ``records``, a run directory standing for
+    a record of the same name, sorted by name."""
+    found: dict[str, Path] = {}
+    for folder in [out, *records]:
+        if folder.is_dir():
+            for run in sorted(folder.iterdir()):
+                if run.is_dir() and "-s" in run.name and not run.name.startswith("."):
+                    found.setdefault(run.name, run)
+    return [found[name] for name in sorted(found)]
+
+
+def cmd_archive(args: argparse.Namespace) -> None:
+    """Archive each run of ``--out`` that ended by itself and was scored (valid and test), with the
+    driver's job records of it; a run still training, cut, or not yet scored is left out."""
+    out, records = Path(args.out), Path(args.records)
+    if not out.is_dir():
+        raise SystemExit(f"{out} is not a directory of runs")
+    jobs = read_jsonl(out / "jobs.jsonl")
+    for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
+        scored = (run / "eval-valid.json").is_file() and (run / "eval-test.json").is_file()
+        if not finished(run) or not scored:
+            print(f"{run.name}: not ended and scored, left out", file=sys.stderr)
+            continue
+        try:
+            target = archive_run(run, records, {"jobs": [job for job in jobs if job.get("run") == run.name]})
+        except InfolmError as failure:
+            raise SystemExit(str(failure)) from None
+        print(f"{run.name}: archived in {target}", file=sys.stderr)
+
+
 def cmd_table(args: argparse.Namespace) -> None:
     out = Path(args.out)
     arms = ["baseline", *ARMS]
     numbers: dict[str, list[tuple[int, dict[str, Any]]]] = {arm: [] for arm in arms}
-    for run in sorted(out.iterdir()):
-        if not run.is_dir() or "-s" not in run.name:
-            continue
+    for run in table_runs(out, [Path(folder) for folder in args.records]):
         arm, seed = run.name.rsplit("-s", 1)
         found = run_numbers(run)
         if arm in numbers and found is not None:
@@ -467,11 +524,17 @@ def main() -> None:
         action="store_true",
         help="continue from baselines that were cut before early stopping (their best weights; not retrained)",
     )
+    p.add_argument("--records", default=str(RECORDS), help="runs archived here that ended are not trained again")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("table", help="the table, the overheads and the curves from the run directories")
     p.add_argument("--out", default="runs/imm-ptb-table2-converged")
     p.add_argument("--png", default="", help="write the validation curves here")
+    p.add_argument("--records", nargs="*", default=[str(RECORDS)], help="folders of archived runs read beside --out's")
     p.set_defaults(func=cmd_table)
+    p = sub.add_parser("archive", help="copy every ended, scored run's config, log and scores into the records")
+    p.add_argument("--out", default="runs/imm-ptb-table2-converged")
+    p.add_argument("--records", default=str(RECORDS), help="the folder of records to write")
+    p.set_defaults(func=cmd_archive)
     args = parser.parse_args()
     args.func(args)
 

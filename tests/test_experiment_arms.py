@@ -558,3 +558,42 @@ def test_smim_table_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys)
     monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000"])
     with pytest.raises(SystemExit, match="smim-s0 is a record without report-test-iwae500-1000.json"):
         module.main()
+
+
+def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None:
+    """An ended, scored run archived as a record rebuilds the same table row without its run directory;
+    ``train`` does not train a recorded run again, and skips (saying why) a continuation whose baseline is
+    only a record: there are no weights to continue from."""
+    import argparse
+
+    module = experiment("imm_ptb_table2_converged")
+    out, records = tmp_path / "out", tmp_path / "records"
+    for name, ppl in (("baseline-s0", 92.0), ("none-s0", 89.0), ("noising-s1", 88.0)):
+        run = out / name
+        run.mkdir(parents=True)
+        log = [{"step": 1, "epoch": 0, "split": "valid", "loss": math.log(ppl)}, {"step": 2, "elapsed": 30.0}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+        (run / "config.yaml").write_text("train:\n  epochs: 20\n")
+        (run / "train-summary.json").write_text(json.dumps({"epoch": 3, "early_stopped": True}))
+        (run / "eval-valid.json").write_text(json.dumps({"ppl": ppl}))
+        if name != "noising-s1":  # not scored yet: not archived
+            (run / "eval-test.json").write_text(json.dumps({"ppl": ppl - 3}))
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records)))
+    assert sorted(path.name for path in records.iterdir()) == ["baseline-s0", "none-s0"]
+    module.cmd_table(argparse.Namespace(out=str(out), records=[], png=""))
+    live = capsys.readouterr().out
+    module.cmd_table(argparse.Namespace(out=str(tmp_path / "gone"), records=[str(records)], png=""))
+    from_records = capsys.readouterr().out
+    row = next(line for line in live.splitlines() if line.startswith("| none |"))
+    assert row in from_records.splitlines() and "| 89.00 | 86.00 |" in row
+
+    def job(name: str, after: str | None = None) -> object:
+        code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
+        arm = name.rsplit("-s", 1)[0]
+        return module.Job(name, arm, 0, [sys.executable, "-c", code, str(tmp_path / "new" / name)], after=after)
+
+    (tmp_path / "new").mkdir()
+    jobs = [job("baseline-s0"), job("none-s0", "baseline-s0"), job("noising-s0", "baseline-s0")]
+    module.run_jobs(jobs, 1, math.inf, tmp_path / "new", tmp_path / "jobs.jsonl", records=records)
+    assert not any((tmp_path / "new").iterdir())  # the baseline and none are recorded; noising cannot start
+    assert "skipping noising-s0: baseline-s0 is only a record" in capsys.readouterr().err
