@@ -13,6 +13,13 @@ dropout, weight averaging.
 
 Every run is an ``infolm train`` / ``infolm evaluate`` subprocess; the command line, wall time and JSON
 summary of each are kept in ``runs/melis-ptb-word/log.jsonl``, and a finished step is skipped when rerun.
+
+    python experiments/melis_ptb_word.py archive  # the converged runs whose every step ended, as records
+
+``archive`` copies each converged run whose training, test and extras all ended (its config, log and
+summary, no checkpoint) with its steps' records into ``experiments/records/melis-ptb-word-converged/``,
+kept in the repository; ``report`` and ``converged`` read those records beside the local runs (a local
+run stands for a record of the same name), and ``converged`` does not run a recorded run's steps again.
 """
 
 from __future__ import annotations
@@ -28,11 +35,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infolm.errors import InfolmError
 from infolm.report import format_mean_std
+from infolm.training.records import RECORD, archive_run
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "runs" / "melis-ptb-word"
 LOG = OUT / "log.jsonl"
+RECORDS = ROOT / "experiments" / "records" / "melis-ptb-word-converged"  # converged runs, kept in the repository
 SEEDS = (0, 1, 2)
 CELLS = {  # arm -> config (equal parameter counts, equal 200-step budget)
     "lstm": "configs/ptb/melis-small-lstm.yaml",
@@ -82,10 +92,20 @@ def _env() -> dict[str, str]:
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
+def _recorded() -> dict[str, dict[str, Any]]:
+    """The steps that the converged runs' records kept (``archive``), by key."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in sorted(RECORDS.glob(f"*/{RECORD}")) if RECORDS.is_dir() else []:
+        found.update({r["key"]: r for r in json.loads(record.read_text()).get("log", [])})
+    return found
+
+
 def _done() -> dict[str, dict[str, Any]]:
-    if not LOG.exists():
-        return {}
-    return {r["key"]: r for r in map(json.loads, LOG.read_text().splitlines()) if r.get("rc") == 0}
+    """Every step that succeeded: the records' first, then this machine's log (which wins)."""
+    done = _recorded()
+    if LOG.exists():
+        done.update({r["key"]: r for r in map(json.loads, LOG.read_text().splitlines()) if r.get("rc") == 0})
+    return done
 
 
 def _run(key: str, command: list[str]) -> None:
@@ -160,7 +180,11 @@ def converged_jobs(arms: list[str], seeds: list[int]) -> list[tuple[str, list[st
 
 def cmd_converged(args: argparse.Namespace) -> None:
     for key, command in converged_jobs(args.arms, args.seeds):
-        if not key.startswith("train/") and f"train/{key.split('/', 1)[1]}" not in _done():
+        run = key.split("/", 1)[1]
+        if not (OUT / run).is_dir() and (RECORDS / run.split("/", 1)[1] / RECORD).is_file():
+            print(f"[skip] {key}: recorded (no weights here to evaluate again)", flush=True)
+            continue
+        if not key.startswith("train/") and f"train/{run}" not in _done():
             print(f"[skip] {key}: its training did not finish (a rerun resumes it)", flush=True)
             continue
         _run(key, command)
@@ -245,6 +269,8 @@ def _mean_std(values: list[float]) -> str:
 
 def _evals(run: str) -> list[dict[str, Any]]:
     path = OUT / run / "metrics.jsonl"
+    if not path.exists() and run.startswith("converged/"):  # a converged run kept only as a record
+        path = RECORDS / run.split("/", 1)[1] / "metrics.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     return [r for r in records if r.get("split") == "valid"]
 
@@ -365,8 +391,27 @@ def extras_table(done: dict[str, dict[str, Any]]) -> str:
 
 def converged_seeds() -> list[int]:
     """Seeds of the converged runs present (``converged --seeds`` may have trained others than SEEDS)."""
-    found = {int(path.name.rsplit("-s", 1)[1]) for path in (OUT / "converged").glob("*-s*") if path.is_dir()}
+    folders = [*(OUT / "converged").glob("*-s*"), *RECORDS.glob("*-s*")]
+    found = {int(path.name.rsplit("-s", 1)[1]) for path in folders if path.is_dir() and not path.name.startswith(".")}
     return sorted(found)
+
+
+def cmd_archive(_: argparse.Namespace) -> None:
+    """Archive each local converged run whose steps all ended (training, test, and the extras where the
+    arm has them) with the log's records of those steps; any other run is left out, saying why."""
+    done = _done()
+    for run in sorted(path for path in (OUT / "converged").glob("*-s*") if path.is_dir()):
+        arm, seed = run.name.rsplit("-s", 1)
+        keys = [key for key, _ in converged_jobs([arm], [int(seed)])] if arm in CONVERGED else []
+        missing = [key for key in keys if key not in done]
+        if not keys or missing:
+            print(f"{run.name}: not archived, steps missing: {missing or 'not an arm'}", file=sys.stderr)
+            continue
+        try:
+            target = archive_run(run, RECORDS, {"log": [done[key] for key in keys]})
+        except InfolmError as failure:
+            raise SystemExit(str(failure)) from None
+        print(f"{run.name}: archived in {target}", file=sys.stderr)
 
 
 def converged_table(done: dict[str, dict[str, Any]]) -> str:
@@ -507,7 +552,13 @@ def cmd_report(_: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    commands = (("train", cmd_train), ("evaluate", cmd_evaluate), ("budget", cmd_budget), ("report", cmd_report))
+    commands = (
+        ("train", cmd_train),
+        ("evaluate", cmd_evaluate),
+        ("budget", cmd_budget),
+        ("report", cmd_report),
+        ("archive", cmd_archive),
+    )
     for name, func in commands:
         sub.add_parser(name).set_defaults(func=func)
     p = sub.add_parser("converged", help="train to early stopping, then test and the extras")

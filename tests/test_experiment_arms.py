@@ -149,6 +149,7 @@ def test_melis_converged_table_counts_early_stops_and_averages_the_extras(tmp_pa
     extras' changes over seeds, and shows a non-finite dynamic evaluation as such instead of failing."""
     module = experiment("melis_ptb_word")
     monkeypatch.setattr(module, "OUT", tmp_path)
+    monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
     done: dict[str, dict[str, object]] = {}
     for seed, (losses, stopped) in enumerate([([5.0, 4.8, 4.9], True), ([5.1, 4.9, 4.85], False)]):
         run = tmp_path / "converged" / f"lstm-s{seed}"
@@ -172,6 +173,18 @@ def test_melis_converged_table_counts_early_stops_and_averages_the_extras(tmp_pa
     mean = next(line for line in table.splitlines() if line.startswith("| lstm: change, mean ± sd |"))
     # temperature -1.0% for both seeds; dynamic evaluation over the finite seed only: exp(-0.1) - 1 = -9.5%
     assert "| -1.0 ± 0.0% | 2.0 ± 0.0% | -9.5% |" in mean
+    # archived with their steps' records, the runs rebuild the same table without their run directories
+    monkeypatch.setattr(module, "LOG", tmp_path / "log.jsonl")
+    entries = [{"key": key, "rc": 0, "command": "c", "wall_s": 1.0, **value} for key, value in done.items()]
+    module.LOG.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    (tmp_path / "converged" / "mogrifier-s0").mkdir()  # never trained: left out
+    module.cmd_archive(None)
+    assert sorted(path.name for path in (tmp_path / "records").iterdir()) == ["lstm-s0", "lstm-s1"]
+    module.LOG.unlink()
+    import shutil
+
+    shutil.rmtree(tmp_path / "converged")
+    assert module.converged_table(module._done()) == table
 
 
 @pytest.mark.parametrize("budget", ["converged", "smoke"])
