@@ -56,7 +56,7 @@ from typing import Any
 
 from infolm.errors import InfolmError
 from infolm.report import format_mean_std as mean_std
-from infolm.training.records import archive_run
+from infolm.training.records import archive_run, runs_and_records
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "experiments" / "records" / "imm-ptb-table2-converged"  # ended runs, kept in the repository
@@ -380,18 +380,6 @@ def run_numbers(run: Path) -> dict[str, Any] | None:
     }
 
 
-def table_runs(out: Path, records: list[Path]) -> list[Path]:
-    """The run directories under ``out`` and the records under ``records``, a run directory standing for
-    a record of the same name, sorted by name."""
-    found: dict[str, Path] = {}
-    for folder in [out, *records]:
-        if folder.is_dir():
-            for run in sorted(folder.iterdir()):
-                if run.is_dir() and "-s" in run.name and not run.name.startswith("."):
-                    found.setdefault(run.name, run)
-    return [found[name] for name in sorted(found)]
-
-
 def cmd_archive(args: argparse.Namespace) -> None:
     """Archive each run of ``--out`` that ended by itself and was scored (valid and test), with the
     driver's job records of it; a run still training, cut, or not yet scored is left out."""
@@ -415,7 +403,8 @@ def cmd_table(args: argparse.Namespace) -> None:
     out = Path(args.out)
     arms = ["baseline", *ARMS]
     numbers: dict[str, list[tuple[int, dict[str, Any]]]] = {arm: [] for arm in arms}
-    for run in table_runs(out, [Path(folder) for folder in args.records]):
+    folders = [out, *(Path(folder) for folder in args.records)]
+    for run in runs_and_records(folders, lambda path: "-s" in path.name):
         arm, seed = run.name.rsplit("-s", 1)
         found = run_numbers(run)
         if arm in numbers and found is not None:

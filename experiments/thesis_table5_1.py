@@ -61,7 +61,7 @@ from infolm.errors import InfolmError
 from infolm.latent.sentence_lstm import SentenceLSTMConfig
 from infolm.report import format_mean_std as mean_std
 from infolm.tasks.sentence_latent import SentenceLatentConfig
-from infolm.training.records import archive_run, is_record
+from infolm.training.records import archive_run, is_record, runs_and_records
 from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -392,18 +392,6 @@ def per_token_kl(found: dict[str, Any]) -> float:
     return per_token(found, "mi")
 
 
-def table_runs(out: Path, records: list[Path]) -> list[Path]:
-    """The run directories under ``out`` and the records under each of ``records`` (in that order of
-    precedence: a run directory stands for a record of the same name), sorted by name."""
-    found: dict[str, Path] = {}
-    for folder in [out, *records]:
-        if folder.is_dir():
-            for path in sorted(folder.iterdir()):
-                if (path / "metrics.jsonl").is_file() and not path.name.startswith("."):
-                    found.setdefault(path.name, path)
-    return [found[name] for name in sorted(found)]
-
-
 def prefetch(calls: list[tuple[Path, str, int | None, Path]], jobs: int) -> None:
     """Fill the score caches of ``calls`` (``score``'s arguments), ``jobs`` evaluations at a time; a
     failure is left for the table's own pass, which reports it where it reads the score."""
@@ -449,7 +437,7 @@ def cmd_table(args: argparse.Namespace) -> None:
     cap = epoch_cap([])
     runs: dict[str, dict[int, list[Path]]] = {arm: {} for arm in ARMS}
     lm_runs: list[Path] = []
-    for run in table_runs(out, records):
+    for run in runs_and_records([out, *records], lambda path: (path / "metrics.jsonl").is_file()):
         match = RUN_NAME.match(run.name)
         if match and match["arm"] in runs:
             runs[match["arm"]].setdefault(int(match["seed"]), []).append(run)

@@ -85,3 +85,17 @@ def test_a_record_is_never_scored_again(tmp_path: Path) -> None:
     assert module.score(target, "test", None, target / "eval-test.json") == {"nll": 4.1}
     with pytest.raises(SystemExit, match="record without eval-valid.json"):
         module.score(target, "valid", None, target / "eval-valid.json")
+
+
+def test_a_run_directory_stands_for_its_record(tmp_path: Path) -> None:
+    """Runs are found in the run folder first, then in the records; one per name, sorted, hidden
+    folders (an archive in progress) and what ``accept`` refuses left out."""
+    live = make_run(tmp_path / "runs" / "b-s1")
+    make_run(tmp_path / "runs" / "c-s1")
+    archived = records.archive_run(live, tmp_path / "records")
+    only_record = records.archive_run(make_run(tmp_path / "elsewhere" / "a-s1"), tmp_path / "records")
+    (tmp_path / "records" / ".d-s1.new").mkdir()
+    found = records.runs_and_records(
+        [tmp_path / "runs", tmp_path / "records", tmp_path / "missing"], lambda path: not path.name.startswith("c")
+    )
+    assert found == [only_record, live] and archived not in found

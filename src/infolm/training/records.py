@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,19 @@ MAX_FILE_BYTES = 4_000_000  # a log past this is no longer a small file: refused
 def is_record(run: str | Path) -> bool:
     """Whether ``run`` is an archived record (no checkpoints: its cached scores are final)."""
     return (Path(run) / RECORD).is_file()
+
+
+def runs_and_records(folders: list[Path], accept: Callable[[Path], bool]) -> list[Path]:
+    """The runs found in ``folders`` (run directories first, then folders of records), those that
+    ``accept`` takes, one per name: an earlier folder's run stands for a later one's of the same name.
+    Sorted by name; hidden folders (an archive in progress) are skipped."""
+    found: dict[str, Path] = {}
+    for folder in folders:
+        if folder.is_dir():
+            for path in sorted(folder.iterdir()):
+                if path.is_dir() and not path.name.startswith(".") and accept(path):
+                    found.setdefault(path.name, path)
+    return [found[name] for name in sorted(found)]
 
 
 def record_files(run: Path) -> list[Path]:
