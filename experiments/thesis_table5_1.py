@@ -446,6 +446,8 @@ def cmd_table(args: argparse.Namespace) -> None:
                 runs[renyi].setdefault(int(match["seed"]), []).append(run)
         elif LM_RUN_NAME.match(run.name):
             lm_runs.append(run)
+    training = [run for run in lm_runs if run_dir_in_use(run)]  # scored once it ends (its score would go stale)
+    lm_runs = [run for run in lm_runs if run not in training]
     lines = [
         f"| arm | seeds (ended by themselves / cut, or short of the config's {cap} epochs) | λ chosen on valid "
         f"| valid NLL (IWAE-{args.valid_samples}) | "
@@ -454,7 +456,8 @@ def cmd_table(args: argparse.Namespace) -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     candidates: list[str] = []
-    per_seed: list[str] = []  # each chosen run's scores, and each LM run's
+    per_seed = [f"{run.name}: training now, not in the table" for run in training]  # each chosen run's scores,
+    # and each LM run's
     choices: dict[str, list[tuple[int, Path]]] = {}
     for arm in ARMS:
         chosen: list[tuple[int, Path]] = []

@@ -462,12 +462,14 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(jobs: int
     )
     from infolm.training.run_lock import run_dir_lock
 
-    with run_dir_lock(tmp_path / "dreg-1-lam0.9-s0"):
+    run("lm-s1", [4.9], None)  # training now: never scored (its checkpoint would go stale), not archived
+    with run_dir_lock(tmp_path / "dreg-1-lam0.9-s0"), run_dir_lock(tmp_path / "lm-s1"):
         module.cmd_table(arguments)
         module.cmd_archive(argparse.Namespace(out=str(tmp_path), records=str(records)))
     printed = capsys.readouterr().out
     archived = sorted(path.name for path in records.iterdir())
-    assert "dreg-1-lam0.9-s0" not in archived and len(archived) == 6  # training now: left out
+    assert "dreg-1-lam0.9-s0" not in archived and "lm-s1" not in archived and len(archived) == 6
+    assert "  lm-s1: training now, not in the table\n" in printed
     alone = argparse.Namespace(**{**vars(arguments), "out": str(tmp_path / "gone"), "records": [str(records)]})
     alone.png = ""
     module.cmd_table(alone)
@@ -475,7 +477,7 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(jobs: int
     training = "  dreg-1-lam0.9-s0: 4.0000, training now: not a candidate\n"
     assert from_records.split("\nvalidation perplexity")[0] == printed.split("\nvalidation perplexity")[0].replace(
         training, ""
-    )
+    ).replace("  lm-s1: training now, not in the table\n", "")
     assert "dreg-1-lam0.9-s0: 4.0000, training now: not a candidate" in printed
     row = next(line for line in printed.splitlines() if line.startswith("| dreg-1 |"))
     assert "| 3 / 0 | 0.3, 0.6, -0.05 |" in row and "| 127.9 ± 6.4 |" in row  # test ppl over the three chosen
