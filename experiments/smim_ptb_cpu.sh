@@ -6,15 +6,17 @@
 #   python experiments/smim_ptb_table2.py --seeds 0
 # evaluates the runs and prints the table of docs/results.md.
 # ARMS="smim-z128 ae-z128 smim-z512 ae-z512" bash experiments/smim_ptb_cpu.sh 0 trains the larger latents of
-# the paper's Table 7 instead (-zN: model.latent=N, everything else as the config).
+# the paper's Table 7 instead (-zN: model.latent=N, everything else as the config). OUT=DIR puts the runs
+# there instead of runs/smim-ptb-cpu (then: smim_ptb_table2.py --runs DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${*:-0}
 arms=${ARMS:-smim svae svae-kl ae sentence-lstm}
-mkdir -p runs/smim-ptb-cpu
+out=${OUT:-runs/smim-ptb-cpu}
+mkdir -p "$out"
 for seed in $seeds; do
   for arm in $arms; do
-    run="runs/smim-ptb-cpu/${arm}-s${seed}"
+    run="${out}/${arm}-s${seed}"
     [[ -f "$run/train-summary.json" ]] && continue
     # archived by `smim_ptb_table2.py --archive` (the run ended and was scored): done
     [[ -f "experiments/records/smim-ptb-cpu/${arm}-s${seed}/train-summary.json" ]] && continue
