@@ -227,7 +227,9 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
 
     run_dir = Path(config.run.dir)
     validate_plugins(config)
-    check_run_dir(config, run_dir)
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, only rank 0 reads and writes run_dir
+    if main_process:
+        check_run_dir(config, run_dir)
     corpus = task_data(config)
     if config.run.deterministic:
         torch.use_deterministic_algorithms(True)
@@ -242,12 +244,15 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     averager = build_averager(config, model)
     from infolm.training.run_lock import run_dir_lock
 
-    # One process per run directory (the rank-0 process under torchrun; the others write nothing).
-    with run_dir_lock(run_dir) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext():
-        check_run_dir(config, run_dir)  # again, now that no other process can write there
-        fresh = not (run_dir / "config.yaml").exists()  # then the directory holds only the lock files
+    # One process per run directory: the rank-0 process under torchrun checks and writes it; the other
+    # ranks neither write nor read it here (reading it while rank 0 writes found half-made directories)
+    with run_dir_lock(run_dir) if main_process else contextlib.nullcontext():
+        if main_process:
+            check_run_dir(config, run_dir)  # again, now that no other process can write there
+        fresh = main_process and not (run_dir / "config.yaml").exists()  # then it holds only the lock files
         try:
-            prepare_run_dir(config, corpus, list(overrides or []))
+            if main_process:
+                prepare_run_dir(config, corpus, list(overrides or []))
             task = build_task(config, corpus)
             trainer = Trainer(config, model, objective, task, averager=averager, meta=run_meta(config, corpus))
         except InfolmError:
