@@ -16,6 +16,13 @@ curve's frontier and writes ``OUT/<figure>/pareto.{csv,png}``; the PNGs are copi
 
     OMP_NUM_THREADS=1 python experiments/thesis_fig5_synthetic.py --out runs/thesis-fig5-synthetic
 
+``--schedule converged`` trains each point for 30,000 steps, the learning rate annealed over the last
+third (the points of the 1,000-step ``short`` schedule are far from where training ends), and
+``--seeds`` repeats every point: the tables give mean ± std over seeds, and the PNG each curve's
+frontier of the seed means. ``--jobs N`` trains N runs at a time. ``--archive`` copies every finished
+run's small files into ``experiments/records/thesis-fig5-synthetic[-converged]/<figure>/``; a point
+whose record exists is read from it and not trained again.
+
 Reruns skip finished runs (the trainer resumes cut-off ones). ``OUT/summary.json`` (with
 ``--figures``: ``OUT/summary-<figures>.json``) has every point,
 the command of every run and its wall time. No point's NLL may lie below ln 1,000 = 6.9078 (beyond
@@ -33,6 +40,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,7 @@ import yaml
 
 from infolm.latent.pareto import frontier as pareto_frontier
 from infolm.training.checkpoint import write_json_atomic
+from infolm.training.records import archive_run, is_record
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIMUM = math.log(1000)
@@ -114,13 +123,26 @@ def slug(text: str) -> str:
     return text.lower().replace(" ", "-").replace("/", "-").replace("é", "e")
 
 
-def run_point(base: Path, objective: dict, run_dir: Path, steps: int, seed: int) -> tuple[list[str], float]:
+# name -> (steps, the epoch after which the lr decays x0.8 per epoch; 0: constant lr). An epoch is
+# 20,000 symbols, 313 steps of 64. short: the first frontiers (1,000 steps at constant lr, far from
+# converged: DReG 16 KL at λ 0.5 has MI 3.3 at 1,000 steps, 6.5 at 10,000). converged: 20,000 steps at
+# constant lr, then x0.8 per epoch (lr 1.8e-5 at the end), a full schedule whose end is flat (pilot in
+# docs/results.md: DReG 16 KL at λ 0.5 moved by 0.005 nats of NLL and 0.002 of MI over its last 5,000 steps).
+SCHEDULES: dict[str, tuple[int, int]] = {"short": (1000, 0), "converged": (30000, 64)}
+
+
+def run_point(
+    base: Path, objective: dict, run_dir: Path, steps: int, seed: int, anneal_epoch: int = 0, eval_every: int = 0
+) -> tuple[list[str], float]:
     config = yaml.safe_load(base.read_text())
     config["objective"] = objective
     config["run"]["dir"] = str(run_dir)
     config["run"]["seed"] = seed
     config["train"]["max_steps"] = steps
-    config["train"]["eval_every"] = steps
+    config["train"]["epochs"] = steps  # the step limit ends the run
+    config["train"]["eval_every"] = eval_every or steps
+    if anneal_epoch:  # constant lr, then x0.8 at the end of every epoch after anneal_epoch
+        config["optim"].update(schedule="step", decay=0.8, decay_start_epoch=anneal_epoch)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir.parent / f"{run_dir.name}.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -154,42 +176,103 @@ def finished(run_dir: Path, steps: int) -> bool:
     return any(r.get("step") == steps and "mi" in r for r in records)
 
 
+def evaluations(run: Path) -> list[dict[str, Any]]:
+    """The run's evaluation records (those with an MI estimate), in order."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"mi"' in line]
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+    return mean, math.sqrt(var)
+
+
+def cell(values: list[float], digits: int) -> str:
+    """``mean ± std`` over seeds (the value alone for one seed; a dash for none)."""
+    if not values:
+        return "–"
+    mean, std = mean_std(values)
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
+
+
+def plot_means(points: dict[str, list[tuple[float, float, float, float]]], path: Path, title: str) -> None:
+    """Each curve's frontier of seed-mean points (MI, NLL, std MI, std NLL): error bars are one standard
+    deviation over seeds; a point is kept when no other point of its curve has more MI and a lower NLL."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4.5))
+    for label, curve in points.items():
+        finite = [p for p in curve if math.isfinite(p[0]) and math.isfinite(p[1])]
+        kept = sorted(p for p, flag in zip(finite, pareto_frontier([(p[0], p[1]) for p in finite])) if flag)
+        if kept:
+            axes.errorbar([p[0] for p in kept], [p[1] for p in kept], xerr=[p[2] for p in kept],
+                          yerr=[p[3] for p in kept], marker="o", capsize=2, label=label)  # fmt: skip
+    axes.axhline(OPTIMUM, color="grey", linestyle="--", linewidth=1, label=f"optimum {OPTIMUM:.4f}")
+    axes.set_xlabel("MI estimate (nats)")
+    axes.set_ylabel("NLL, IWAE-100 (nats)")
+    axes.set_title(title, fontsize=9)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    figure.savefig(tmp, dpi=120)
+    plt.close(figure)
+    tmp.replace(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/thesis-fig5-synthetic")
+    parser.add_argument("--out", default="", help="run directories (default runs/thesis-fig5-synthetic[-SCHEDULE])")
     parser.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.3, 0.5, 0.65, 0.8, 0.95])
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--schedule", default="short", choices=list(SCHEDULES), help="steps and lr annealing")
+    parser.add_argument("--steps", type=int, default=0, help="override the schedule's steps")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
     parser.add_argument("--figures", nargs="+", default=DEFAULT_FIGURES, choices=list(FIGURES))
     parser.add_argument("--docs-img", default="docs/img", help="where the PNGs are copied ('' : nowhere)")
+    parser.add_argument("--records", default="", help="archived runs (default experiments/records/<experiment>)")
+    parser.add_argument("--archive", action="store_true", help="copy every finished run into --records")
     args = parser.parse_args()
     if any(not math.isfinite(lam) or lam >= 1.0 for lam in args.lams):
         raise SystemExit(f"--lams must be finite and below 1 (the objectives' λ < 1), got {args.lams}")
-    out = Path(args.out)
-    summary: dict = {"optimum": OPTIMUM, "steps": args.steps, "lams": args.lams, "runs": []}
+    if args.jobs < 1 or args.steps < 0:
+        raise SystemExit(f"--jobs must be at least 1 and --steps at least 0, got {args.jobs} and {args.steps}")
+    steps, anneal_epoch = SCHEDULES[args.schedule]
+    steps = args.steps or steps
+    experiment = "thesis-fig5-synthetic" + ("" if args.schedule == "short" else f"-{args.schedule}")
+    out = Path(args.out or f"runs/{experiment}")
+    records = Path(args.records or ROOT / "experiments" / "records" / experiment)
+    eval_every = 0 if args.schedule == "short" else 1000  # converged: a curve to read the convergence from
+    summary: dict = {"optimum": OPTIMUM, "schedule": args.schedule, "steps": steps, "anneal_epoch": anneal_epoch,
+                     "lams": args.lams, "seeds": args.seeds, "runs": []}  # fmt: skip
+    todo = []
     # λ outermost: every curve of every figure gets its spread of points before any gets more
-    for lam in args.lams:
-        for figure in args.figures:
-            base, curves = FIGURES[figure]
-            for label, objective in curves:
-                run_dir = out / figure / f"{slug(label)}-lam{lam:g}"
-                record = {"figure": figure, "curve": label, "lam": lam, "run": str(run_dir)}
-                if not finished(run_dir, args.steps):
-                    command, seconds = run_point(ROOT / base, objective(lam), run_dir, args.steps, args.seed)
-                    record.update(command=" ".join(command), wall_s=round(seconds, 1))
-                    print(f"{figure} {label} λ={lam:g}: {seconds:.0f} s", flush=True)
-                summary["runs"].append(record)
-    for figure in args.figures:
-        runs = [r["run"] for r in summary["runs"] if r["figure"] == figure]
-        pareto = [sys.executable, "-m", "infolm", "pareto", *runs, "--out", str(out / figure),
-                  "--nll-key", "loss", "--mi-key", "mi", "--optimum", f"{OPTIMUM:.4f}"]  # fmt: skip
-        subprocess.run(pareto, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        if args.docs_img:
-            Path(args.docs_img).mkdir(parents=True, exist_ok=True)
-            shutil.copy(out / figure / "pareto.png", Path(args.docs_img) / f"thesis_{figure}.png")
+    for seed in args.seeds:
+        for lam in args.lams:
+            for figure in args.figures:
+                base, curves = FIGURES[figure]
+                for label, objective in curves:
+                    name = f"{slug(label)}-lam{lam:g}-s{seed}"
+                    run_dir, record_dir = out / figure / name, records / figure / name
+                    found = record_dir if is_record(record_dir) and not run_dir.is_dir() else run_dir
+                    record = {"figure": figure, "curve": label, "lam": lam, "seed": seed, "run": str(found)}
+                    summary["runs"].append(record)
+                    if not finished(found, steps):
+                        todo.append((record, ROOT / base, objective(lam), run_dir, seed))
+
+    def train(item: tuple[dict[str, Any], Path, dict, Path, int]) -> None:
+        record, base, objective, run_dir, seed = item
+        command, seconds = run_point(base, objective, run_dir, steps, seed, anneal_epoch, eval_every)
+        record.update(command=" ".join(command), wall_s=round(seconds, 1))
+        print(f"{record['figure']} {record['curve']} λ={record['lam']:g} s{seed}: {seconds:.0f} s", flush=True)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(train, todo))
     for record in summary["runs"]:
-        log = Path(record["run"]) / "metrics.jsonl"
-        last = [json.loads(line) for line in log.read_text().splitlines() if '"mi"' in line][-1]
+        last = evaluations(Path(record["run"]))[-1]
         record.update(nll=last["loss"], mi=last["mi"], kl=last.get("kl"))
     name = "summary.json" if args.figures == DEFAULT_FIGURES else f"summary-{'-'.join(args.figures)}.json"
     if (out / name).is_file():  # runs trained by an earlier call keep the command and wall time recorded then
@@ -197,17 +280,62 @@ def main() -> None:
         for record in summary["runs"]:
             if "wall_s" not in record and "wall_s" in earlier.get(record["run"], {}):
                 record.update(command=earlier[record["run"]]["command"], wall_s=earlier[record["run"]]["wall_s"])
+    out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / name, summary)
-    for r in summary["runs"]:
-        point = f"NLL {r['nll']:.4f}  MI {r['mi']:.3f}  KL {r['kl']:.3f}"
-        print(f"{r['figure']:18s} {r['curve']:16s} λ={r['lam']:<5g} {point}")
-    targets = [1.0, 2.0, 3.0, 4.0, 5.0]
-    print("\nNLL at MI = " + " / ".join(f"{t:g}" for t in targets) + " nats, linear along each curve's frontier:")
+    if args.archive:
+        for record in summary["runs"]:
+            run = Path(record["run"])
+            if not is_record(run):
+                meta = {key: record[key] for key in ("command", "wall_s") if key in record}
+                archive_run(run, records / record["figure"], {"driver": "thesis_fig5_synthetic.py", **meta})
+        print(f"archived the runs in {records}", file=sys.stderr)
+    report(summary, args, out)
+
+
+def report(summary: dict[str, Any], args: argparse.Namespace, out: Path) -> None:
+    """Each point's NLL and MI (mean ± std over seeds), the NLL at equal MI along each seed's frontier,
+    and each figure's frontiers of the seed means as a PNG (copied to ``--docs-img``)."""
+    runs = summary["runs"]
+    for figure in args.figures:
+        paths = [r["run"] for r in runs if r["figure"] == figure]
+        pareto = [sys.executable, "-m", "infolm", "pareto", *paths, "--out", str(out / figure),
+                  "--nll-key", "loss", "--mi-key", "mi", "--optimum", f"{OPTIMUM:.4f}"]  # fmt: skip
+        subprocess.run(pareto, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # every run, flagged
+        means: dict[str, list[tuple[float, float, float, float]]] = {}
+        for label, _ in FIGURES[figure][1]:
+            for lam in args.lams:
+                found = [r for r in runs if r["figure"] == figure and r["curve"] == label and r["lam"] == lam]
+                (mi, mi_std), (nll, nll_std) = mean_std([r["mi"] for r in found]), mean_std([r["nll"] for r in found])
+                means.setdefault(label, []).append((mi, nll, mi_std, nll_std))
+        seeds = f"{len(args.seeds)} seed{'s' if len(args.seeds) > 1 else ''}"
+        plot_means(means, out / figure / "frontier.png", f"{figure}: {summary['steps']} steps, {seeds}")
+        if args.docs_img:
+            Path(args.docs_img).mkdir(parents=True, exist_ok=True)
+            suffix = "" if args.schedule == "short" else f"_{args.schedule}"
+            shutil.copy(out / figure / "frontier.png", Path(args.docs_img) / f"thesis_{figure}{suffix}.png")
+    print("NLL / MI at each λ (mean ± std over seeds):")
     for figure in args.figures:
         for label, _ in FIGURES[figure][1]:
-            points = [(r["mi"], r["nll"]) for r in summary["runs"] if r["figure"] == figure and r["curve"] == label]
-            cells = " / ".join("–" if v is None else f"{v:.3f}" for v in nll_at_mi(points, targets))
-            print(f"{figure:18s} {label:16s} {cells}")
+            cells = []
+            for lam in args.lams:
+                found = [r for r in runs if r["figure"] == figure and r["curve"] == label and r["lam"] == lam]
+                cells.append(f"{cell([r['nll'] for r in found], 4)} / {cell([r['mi'] for r in found], 2)}")
+            print(f"{figure:18s} {label:16s} " + " | ".join(cells))
+    targets = [1.0, 2.0, 3.0, 4.0, 5.0]
+    print("\nNLL at MI = " + " / ".join(f"{t:g}" for t in targets) + " nats, linear along each seed's frontier "
+          "(mean ± std over the seeds whose frontier reaches it; [n] when fewer than all):")  # fmt: skip
+    for figure in args.figures:
+        for label, _ in FIGURES[figure][1]:
+            per_seed = []
+            for seed in args.seeds:
+                found = [r for r in runs if r["figure"] == figure and r["curve"] == label and r["seed"] == seed]
+                per_seed.append(nll_at_mi([(r["mi"], r["nll"]) for r in found], targets))
+            cells = []
+            for index in range(len(targets)):
+                values = [value for at in per_seed if (value := at[index]) is not None]
+                short = f" [{len(values)}]" if values and len(values) < len(per_seed) else ""
+                cells.append(cell(values, 3) + short)
+            print(f"{figure:18s} {label:16s} " + " | ".join(cells))
 
 
 if __name__ == "__main__":

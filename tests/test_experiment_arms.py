@@ -402,6 +402,40 @@ def test_fig5_nll_at_equal_mi_interpolates_along_the_frontier() -> None:
     assert module.nll_at_mi([(1.5, 7.0)], [1.5, 1.0]) == [7.0, None]  # one point: only at its own MI
 
 
+def test_fig5_seeds_are_read_from_records_and_averaged(tmp_path: Path, monkeypatch, capsys) -> None:
+    """With every point archived, the driver trains nothing, reads each seed's record and prints each
+    point's mean ± sample std over seeds and the NLL at equal MI averaged over the seeds' frontiers."""
+    module = experiment("thesis_fig5_synthetic")
+    figure = "fig5_3_continuous"
+    records, out = tmp_path / "records", tmp_path / "out"
+    # (curve label, seed) -> (MI, NLL) at λ 0.3 and 0.5
+    points = {
+        ("ELBO", 0): [(1.0, 7.0), (3.0, 7.4)],
+        ("ELBO", 1): [(2.0, 7.2), (4.0, 7.6)],
+    }
+    for label, objective in module.FIGURES[figure][1]:
+        for seed in (0, 1):
+            for lam, (mi, nll) in zip((0.3, 0.5), points.get((label, seed), [(0.1, 6.95), (0.2, 6.96)])):
+                run = records / figure / f"{module.slug(label)}-lam{lam:g}-s{seed}"
+                run.mkdir(parents=True)
+                (run / "config.yaml").write_text(json.dumps({"objective": objective(lam)}))
+                (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "loss": nll, "mi": mi, "kl": 0.0}) + "\n")
+                (run / "record.json").write_text("{}")
+    argv = ["thesis_fig5_synthetic.py", "--steps", "5", "--lams", "0.3", "0.5", "--seeds", "0", "1", "--figures",
+            figure, "--out", str(out), "--records", str(records), "--docs-img", ""]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    module.main()
+    assert not list((out / figure).glob("*-s[01]"))  # nothing trained: every point was a record
+    assert (out / figure / "frontier.png").is_file() and (out / figure / "pareto.csv").is_file()
+    printed = capsys.readouterr().out
+    elbo = [line for line in printed.splitlines() if line.startswith(f"{figure:18s} ELBO ")]
+    # λ 0.3: NLL 7.0 and 7.2 (mean 7.1, std 0.1414), MI 1 and 2 (1.5 ± 0.71)
+    assert elbo[0].split(" ELBO ")[1].split(" | ")[0].strip() == "7.1000 ± 0.1414 / 1.50 ± 0.71"
+    # NLL at MI 2: seed 0 interpolates 7.0 + 0.4 / 2 = 7.2, seed 1 is at its point 7.2; MI 4 only seed 1
+    at = elbo[1].split(" ELBO ")[1].split(" | ")
+    assert at[1].strip() == "7.200 ± 0.000" and at[3].strip() == "7.600 [1]" and at[4].strip() == "–"
+
+
 def test_smim_table_reuses_a_report_only_for_the_settings_it_was_computed_with(tmp_path: Path) -> None:
     module = experiment("smim_ptb_table2")
     paths = {
