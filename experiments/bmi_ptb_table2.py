@@ -33,6 +33,14 @@ and score files::
 
 ``--out`` defaults to ``runs/bmi-ptb-table2-BUDGET``; a folder holds one budget (``train`` refuses to mix
 them). Two ``train`` processes with different ``--seeds`` may share it (each writes only its own files).
+
+A converged run takes hours, so its results are kept as records (``infolm.training.records``):
+``archive`` copies each scored run's config, log and summary with its score file (as ``score.json``),
+and the real-data scores, into ``experiments/records/bmi-ptb-table2-BUDGET/``. ``train`` does not train
+a recorded arm again, and ``table`` reads the records beside ``--out``'s runs (a run directory stands
+for a record of the same name)::
+
+    python experiments/bmi_ptb_table2.py archive --out runs/bmi-ptb-table2-converged
 """
 
 from __future__ import annotations
@@ -54,13 +62,30 @@ from typing import Any
 import torch
 
 from infolm.build import load_run
+from infolm.errors import InfolmError
 from infolm.evaluation.mi import MIEstimatorConfig, estimate_segment_mi, generate_texts
 from infolm.evaluation.perplexity import evaluate_split, stream_nll
 from infolm.evaluation.reverse_ppl import ReversePPLConfig, train_fresh_lm
 from infolm.report import format_mean_std
 from infolm.training.metrics import read_metrics
+from infolm.training.records import archive_run, is_record, runs_and_records
+from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
+SCORE = "score.json"  # a record's copy of OUT/ARM-sSEED.score.json
+
+
+def records_of(budget: str) -> Path:
+    """The repository's folder of archived runs of ``budget``."""
+    return ROOT / "experiments" / "records" / f"bmi-ptb-table2-{budget}"
+
+
+def recorded_score(records: Path, name: str) -> Path | None:
+    """The score file that ``records`` keeps for ``name`` (``ARM-sSEED`` or ``real-sSEED``), if any."""
+    path = records / name / SCORE if not name.startswith("real-") else records / f"{name}.score.json"
+    return path if path.is_file() else None
+
+
 ARMS = ("baseline", "base", "full")
 LOG_EVERY = 20  # steps between step records in the converged budget (the configs: 4); the smoke budget keeps 4
 # Table 2 of the paper (PTB, no fine-tuning): valid, test, reverse valid, reverse test, MI of generations
@@ -262,10 +287,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args.out.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    recorded = records_of(args.budget)
     for seed in args.seeds:
         for arm in args.arms:
             score_path = args.out / f"{arm}-s{seed}.score.json"
-            if score_path.exists():
+            if score_path.exists() or recorded_score(recorded, f"{arm}-s{seed}"):
                 continue
             command = train_command(args.out, arm, seed, budget, args.override)
             shown = "OMP_NUM_THREADS=1 infolm " + shlex.join(command[3:])
@@ -308,6 +334,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                 flush=True,
             )
         real_path = args.out / f"real-s{seed}.score.json"
+        if recorded_score(recorded, f"real-s{seed}"):
+            continue
         if not real_path.exists() and (args.out / f"baseline-s{seed}.score.json").exists():
             tick = time.perf_counter()
             real = score_real(args.out, seed, budget)
@@ -360,15 +388,24 @@ def paper(value: float | None, digits: int = 2) -> str:
 
 def cmd_table(args: argparse.Namespace) -> None:
     scores: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(args.out.glob("*.score.json")):
-        key = split_name(path.name[: -len(".score.json")])
-        if key is not None:
-            scores[key] = json.loads(path.read_text())
-    runs = {
-        key: read_metrics(p / "metrics.jsonl")
-        for p in sorted(args.out.iterdir())
-        if (key := split_name(p.name)) is not None and key[0] in ARMS and (p / "metrics.jsonl").exists()
-    }
+    scored: set[str] = set()
+    for folder in reversed([args.out, *args.records]):  # --out's score files stand for the records' (read last)
+        paths = [*folder.glob("*.score.json"), *folder.glob(f"*/{SCORE}")] if folder.is_dir() else []
+        for path in sorted(paths):
+            name = path.parent.name if path.name == SCORE else path.name[: -len(".score.json")]
+            if (key := split_name(name)) is not None:
+                scores[key] = json.loads(path.read_text())
+                scored.add(name)
+
+    def is_arm(path: Path) -> bool:
+        key = split_name(path.name)
+        return key is not None and key[0] in ARMS and (path / "metrics.jsonl").exists()
+
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in runs_and_records([args.out, *args.records], is_arm):
+        arm_seed = split_name(path.name)
+        assert arm_seed is not None
+        runs[arm_seed] = read_metrics(path / "metrics.jsonl")
     lines = [
         "| model | seeds | valid PPL | test PPL | reverse PPL valid | reverse PPL test | MI of generations (nats) "
         "| D accuracy / MINE (train, last 10%) |",
@@ -412,7 +449,7 @@ def cmd_table(args: argparse.Namespace) -> None:
             return f"{rate:.3f}" + (f" ({rate / base:.2f}x)" if base else "")
 
         name = f"{arm}-s{seed}"
-        done = " (scored)" if (args.out / f"{name}.score.json").exists() else " (in flight or cut)"
+        done = " (scored)" if name in scored else " (in flight or cut)"
         best = min((r["ppl"] for r in valid), default=float("nan"))
         last = steps[-1] if steps else {"step": 0, "epoch": 0}
         switch, phase2 = switch_step(records), phase2_step(records)
@@ -427,6 +464,32 @@ def cmd_table(args: argparse.Namespace) -> None:
         )
     if args.png:
         plot_curves(runs, args.png)
+
+
+def cmd_archive(args: argparse.Namespace) -> None:
+    """Archive every scored run of ``--out`` that is not training (its score file kept as ``score.json``)
+    and the real-data scores. Run when a session's runs have ended and been scored."""
+    records: Path = args.records
+    for path in sorted(args.out.glob("*.score.json")):
+        name = path.name[: -len(".score.json")]
+        if name.startswith("real-"):
+            records.mkdir(parents=True, exist_ok=True)
+            write_json(records / path.name, json.loads(path.read_text()))
+            print(f"{name}: archived in {records}", file=sys.stderr)
+            continue
+        run = args.out / name
+        if split_name(name) is None or not (run / "metrics.jsonl").is_file() or is_record(run):
+            continue
+        if run_dir_in_use(run):
+            print(f"{name}: training now, left out", file=sys.stderr)
+            continue
+        score = json.loads(path.read_text())
+        meta = {key: score.get(key) for key in ("command", "commit", "machine", "train_s_this_call", "score_s")}
+        try:
+            target = archive_run(run, records, {"driver": "bmi_ptb_table2.py", **meta}, {SCORE: path})
+        except InfolmError as failure:
+            sys.exit(f"error: {failure}")
+        print(f"{name}: archived in {target}", file=sys.stderr)
 
 
 def plot_curves(runs: dict[tuple[str, str], list[dict[str, Any]]], path: Path) -> None:
@@ -468,6 +531,16 @@ def main() -> None:
     table.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2-converged"))
     table.add_argument("--budget", choices=sorted(BUDGETS), default=None, help="--out runs/bmi-ptb-table2-BUDGET")
     table.add_argument("--png", type=Path, default=None)
+    table.add_argument(
+        "--records",
+        type=Path,
+        nargs="*",
+        default=None,
+        help="records read beside --out's (default: the budget's)",
+    )
+    archive = sub.add_parser("archive", help="copy every scored run's small files and scores into the records")
+    archive.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2-converged"))
+    archive.add_argument("--records", type=Path, default=None, help="default: the repository's, of --out's budget")
     args = parser.parse_args()
     if args.command == "table" and args.budget is not None:
         args.out = Path(f"runs/bmi-ptb-table2-{args.budget}")
@@ -475,10 +548,19 @@ def main() -> None:
         args.out = Path(f"runs/bmi-ptb-table2-{args.budget}")
     if args.command == "train":
         cmd_train(args)
-    else:
+        return
+    budget = budget_of_folder(args.out) if args.out.is_dir() else None
+    if args.command == "archive":
         if not args.out.is_dir():
             sys.exit(f"error: {args.out} is not a directory")
-        cmd_table(args)
+        args.records = args.records or records_of(budget or "converged")
+        cmd_archive(args)
+        return
+    if args.records is None:
+        args.records = [records_of(args.budget or budget or "converged")]
+    if not args.out.is_dir() and not any(folder.is_dir() for folder in args.records):
+        sys.exit(f"error: {args.out} is not a directory, and there are no records")
+    cmd_table(args)
 
 
 if __name__ == "__main__":

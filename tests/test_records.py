@@ -3,6 +3,7 @@ nothing else, is written whole or not at all, and cannot be scored again."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -99,3 +100,74 @@ def test_a_run_directory_stands_for_its_record(tmp_path: Path) -> None:
         [tmp_path / "runs", tmp_path / "records", tmp_path / "missing"], lambda path: not path.name.startswith("c")
     )
     assert found == [only_record, live] and archived not in found
+
+
+def test_a_record_keeps_a_score_filed_outside_the_run(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs" / "full-s0")
+    score = tmp_path / "runs" / "full-s0.score.json"
+    score.write_text(json.dumps({"test": {"ppl": 90.0}}))
+    target = records.archive_run(run, tmp_path / "records", extra={"score.json": score})
+    assert (target / "score.json").read_bytes() == score.read_bytes()
+    assert "score.json" in json.loads((target / "record.json").read_text())["files"]
+    for clash in ("metrics.jsonl", "record.json", "a/b.json"):
+        with pytest.raises(InfolmError, match="cannot be kept"):
+            records.archive_run(run, tmp_path / "again", extra={clash: score})
+    with pytest.raises(InfolmError, match="cannot be kept"):
+        records.archive_run(run, tmp_path / "again", extra={"score.json": tmp_path / "missing.json"})
+
+
+def bmi_run(out: Path, arm: str, seed: int, scale: float) -> None:
+    """A scored BMI run as ``bmi_ptb_table2.py train`` leaves it: the log (steps of each phase and
+    validations with the averaging switch) and ``OUT/ARM-sSEED.score.json``."""
+    run = out / f"{arm}-s{seed}"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("run:\n  seed: 0\n")
+    lines = []
+    for step in range(20, 220, 20):
+        phase = {} if arm == "baseline" else {"bmi_phase": 1.0 if step < 120 else 2.0, "bmi_acc": 0.6, "bmi_mine": 0.1}
+        lines.append({"step": step, "epoch": 0, "tokens_per_s": 1.0, "elapsed": step * scale, **phase})
+        if step % 100 == 0:
+            lines.append({"step": step, "split": "valid", "ppl": 200.0 / step * scale, "started_at": 101})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (run / "train-summary.json").write_text(json.dumps({"epoch": 1}))
+    score = {
+        "valid": {"ppl": 100.0 * scale},
+        "test": {"ppl": 95.0 * scale},
+        "reverse": {"valid_ppl": 150.0, "test_ppl": 140.0},
+        "mi": {"mean": 0.3 * scale},
+        "discriminator": None if arm == "baseline" else {"accuracy": 0.6, "mine": 0.1},
+        "command": f"infolm train {arm}",
+        "commit": "abc1234",
+        "budget": "converged",
+    }
+    (out / f"{arm}-s{seed}.score.json").write_text(json.dumps(score))
+
+
+def test_bmi_table_from_records_equals_the_table_from_runs(tmp_path: Path, capsys) -> None:
+    """``archive`` keeps each scored run with its score file and the real-data scores; the table rebuilt
+    from the records alone is the table from the run directories; ``train`` sees a recorded arm as done."""
+    module = experiment("bmi_ptb_table2")
+    out, kept = tmp_path / "runs", tmp_path / "records"
+    for seed in (0, 1):
+        for arm, scale in (("baseline", 1.0), ("base", 1.1), ("full", 1.2)):
+            bmi_run(out, arm, seed, scale + seed / 10)
+        (out / f"real-s{seed}.score.json").write_text(
+            json.dumps({"mi": {"mean": 1.1}, "reverse": {"valid_ppl": 80.0, "test_ppl": 75.0}})
+        )
+    (out / "full-s2").mkdir()  # a run still without a log: neither a table row nor a record
+
+    def table(folder: Path, found: list[Path]) -> str:
+        module.cmd_table(argparse.Namespace(out=folder, records=found, png=None))
+        return capsys.readouterr().out
+
+    from_runs = table(out, [])
+    assert "| full (ours) | 2 |" in from_runs and "| full-s1 (scored) |" in from_runs
+    module.cmd_archive(argparse.Namespace(out=out, records=kept))
+    arms = ["base-s0", "base-s1", "baseline-s0", "baseline-s1", "full-s0", "full-s1"]
+    assert sorted(path.name for path in kept.iterdir()) == [*arms, "real-s0.score.json", "real-s1.score.json"]
+    assert module.recorded_score(kept, "full-s1") == kept / "full-s1" / "score.json"
+    assert module.recorded_score(kept, "real-s0") == kept / "real-s0.score.json"
+    assert module.recorded_score(kept, "full-s2") is None
+    (tmp_path / "empty").mkdir()
+    assert table(tmp_path / "empty", [kept]) == from_runs
+    assert table(out, [kept]) == from_runs  # a run directory stands for its record

@@ -80,9 +80,12 @@ def checkpoint_provenance(run: Path) -> dict[str, Any]:
     return found
 
 
-def archive_run(run: str | Path, records: str | Path, meta: dict[str, Any] | None = None) -> Path:
+def archive_run(
+    run: str | Path, records: str | Path, meta: dict[str, Any] | None = None, extra: dict[str, Path] | None = None
+) -> Path:
     """Copy the small files of the run directory ``run`` into ``records/<run's name>``, with a
-    ``record.json`` holding ``meta``; an earlier record of the same name is replaced whole. The copy is
+    ``record.json`` holding ``meta``, and each file of ``extra`` (a driver's score kept outside the run
+    directory) under its name there; an earlier record of the same name is replaced whole. The copy is
     made in a hidden folder beside and renamed into place, so an interrupted archive never leaves a
     half-written record. Refuses (``InfolmError``) a run that is training now, a run directory without a
     log, and a file too large for version control."""
@@ -94,7 +97,11 @@ def archive_run(run: str | Path, records: str | Path, meta: dict[str, Any] | Non
     if run_dir_in_use(run):
         raise InfolmError(f"{run} is training now: archive it when it has ended")
     files = record_files(run)
-    for path in files:
+    extra = extra or {}
+    for name, path in extra.items():
+        if not path.is_file() or name in {p.name for p in files} | {RECORD} or "/" in name:
+            raise InfolmError(f"{path} cannot be kept as {name!r} in the record of {run}")
+    for path in [*files, *extra.values()]:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise InfolmError(f"{path} is {size} bytes, more than a record keeps ({MAX_FILE_BYTES})")
@@ -105,7 +112,10 @@ def archive_run(run: str | Path, records: str | Path, meta: dict[str, Any] | Non
     staging.mkdir()
     for path in files:
         shutil.copy2(path, staging / path.name)
-    known = {"source": str(run.resolve()), "files": [p.name for p in files], "checkpoints": checkpoint_provenance(run)}
+    for name, path in extra.items():
+        shutil.copy2(path, staging / name)
+    kept = [p.name for p in files] + list(extra)
+    known = {"source": str(run.resolve()), "files": kept, "checkpoints": checkpoint_provenance(run)}
     write_json_atomic(staging / RECORD, known | (meta or {}))
     if target.exists():
         old = records / f".{run.name}.old"
