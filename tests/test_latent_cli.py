@@ -65,8 +65,13 @@ def test_reconstruct_interpolate_sample(runs: dict[str, Path], capsys: pytest.Ca
     smim = str(runs["smim"])
     code, out, _ = run(capsys, "latent", "reconstruct", smim, "the cat sat", "a dog ran", "--mode", "mean", "--json")
     assert code == 0 and len(json.loads(out)["reconstructions"]) == 2
-    code, out, _ = run(capsys, "latent", "interpolate", smim, "the cat sat", "a dog ran home", "--steps", "4")
+    interpolation = ["latent", "interpolate", smim, "the cat sat", "a dog ran home", "--steps", "4"]
+    code, out, _ = run(capsys, *interpolation)
     assert code == 0 and len(out.splitlines()) == 4
+    sampled = [*interpolation, "--sampled", "--json"]
+    code, out, _ = run(capsys, *sampled)
+    assert code == 0 and len(json.loads(out)["interpolation"]) == 4
+    assert run(capsys, *sampled)[1] == out  # seeded
     code, out, _ = run(capsys, "latent", "sample", smim, "--count", "3", "--max-length", "6", "--json")
     samples = json.loads(out)["samples"]
     assert code == 0 and len(samples) == 3 and all(len(s.split()) <= 6 for s in samples)

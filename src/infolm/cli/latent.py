@@ -33,6 +33,9 @@ def add_latent_parser(subparsers: Any) -> None:
     q.add_argument("end", help="last sentence")
     q.add_argument("--steps", type=int, default=10, help="codes from start to end, both included")
     q.add_argument("--mode", choices=MODES, default=None, help="codes of the two sentences (default: sample)")
+    # Sec. 4.7 writes x ~ p(x|z_alpha) without saying how words are picked; greedy is the default here, as
+    # for reconstruct and sample
+    q.add_argument("--sampled", action="store_true", help="sample every token (default: greedy)")
     q.add_argument("--seed", type=int, default=0, help="seed of the latent draws and sampling")
     q.add_argument("--json", action="store_true", help="print the results as JSON")
     q.set_defaults(func=cmd_interpolate)
@@ -143,7 +146,7 @@ def cmd_interpolate(args: argparse.Namespace) -> int:
     start = _encode_sentence(corpus, args.start, args.run_dir)
     end = _encode_sentence(corpus, args.end, args.run_dir)
     limit = 2 * max(len(start), len(end)) + 10
-    out = interpolate(model, start, end, args.steps, mode, limit, _generator(args.seed))
+    out = interpolate(model, start, end, args.steps, mode, limit, _generator(args.seed), greedy=not args.sampled)
     _emit([_words(corpus, s) for s in out], "interpolation", args.json)
     return 0
 

@@ -144,10 +144,13 @@ def interpolate(
     mode: str = "sample",
     max_length: int | None = None,
     generator: torch.Generator | None = None,
+    greedy: bool = True,
 ) -> list[list[int]]:
-    """Greedy decodings of the codes between sentence ``start`` and sentence ``end`` (Sec. 4.7)."""
+    """Decodings (greedy, or every token sampled) of the codes between sentence ``start`` and sentence
+    ``end`` (Sec. 4.7)."""
     z = encode(model, [start, end], mode, generator)
-    return model.generate(interpolation_codes(z[0], z[1], steps), max_length=max_length, greedy=True)
+    codes = interpolation_codes(z[0], z[1], steps)
+    return model.generate(codes, max_length=max_length, greedy=greedy, generator=generator)
 
 
 @torch.no_grad()
