@@ -51,6 +51,7 @@ from infolm.training.checkpoint import write_json_atomic
 from infolm.training.records import archive_run, is_record
 
 ROOT = Path(__file__).resolve().parents[1]
+DIVERGED = "diverged.json"  # in a run directory: the trainer stopped it by its divergence rule (the error)
 OPTIMUM = math.log(1000)
 
 
@@ -148,7 +149,14 @@ def run_point(
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     command = [sys.executable, "-m", "infolm", "train", str(config_path)]
     start = time.time()
-    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        error = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        if "training diverged" not in error:
+            raise SystemExit(f"{run_dir}: training failed: {error}")
+        # a diverged run is a result, not a failure: its point has no NLL (the trainer's divergence rule
+        # stopped it), and running it again would diverge again (the runs are deterministic)
+        write_json_atomic(run_dir / DIVERGED, {"error": error})
     return command, time.time() - start
 
 
@@ -169,6 +177,9 @@ def nll_at_mi(points: list[tuple[float, float]], targets: list[float]) -> list[f
 
 
 def finished(run_dir: Path, steps: int) -> bool:
+    """The run reached ``steps`` and was evaluated there, or it diverged."""
+    if (run_dir / DIVERGED).is_file():
+        return True
     log = run_dir / "metrics.jsonl"
     if not log.is_file():
         return False
@@ -189,11 +200,14 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def cell(values: list[float], digits: int) -> str:
-    """``mean ± std`` over seeds (the value alone for one seed; a dash for none)."""
-    if not values:
-        return "–"
-    mean, std = mean_std(values)
-    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
+    """``mean ± std`` over seeds (the value alone for one seed; a dash for none); the seeds whose run
+    diverged (a value that is not finite) are left out of the mean and counted."""
+    finite = [value for value in values if math.isfinite(value)]
+    diverged = f" ({len(values) - len(finite)} diverged)" if len(finite) < len(values) else ""
+    if not finite:
+        return "diverged" if values else "–"
+    mean, std = mean_std(finite)
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(finite) > 1 else "") + diverged
 
 
 def plot_means(points: dict[str, list[tuple[float, float, float, float]]], path: Path, title: str) -> None:
@@ -272,6 +286,10 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         list(pool.map(train, todo))
     for record in summary["runs"]:
+        diverged = Path(record["run"]) / DIVERGED
+        if diverged.is_file():
+            record.update(nll=math.nan, mi=math.nan, kl=math.nan, diverged=json.loads(diverged.read_text())["error"])
+            continue
         last = evaluations(Path(record["run"]))[-1]
         record.update(nll=last["loss"], mi=last["mi"], kl=last.get("kl"))
     name = "summary.json" if args.figures == DEFAULT_FIGURES else f"summary-{'-'.join(args.figures)}.json"
@@ -297,15 +315,19 @@ def report(summary: dict[str, Any], args: argparse.Namespace, out: Path) -> None
     and each figure's frontiers of the seed means as a PNG (copied to ``--docs-img``)."""
     runs = summary["runs"]
     for figure in args.figures:
-        paths = [r["run"] for r in runs if r["figure"] == figure]
+        paths = [r["run"] for r in runs if r["figure"] == figure and "diverged" not in r]  # a diverged run: no point
         pareto = [sys.executable, "-m", "infolm", "pareto", *paths, "--out", str(out / figure),
                   "--nll-key", "loss", "--mi-key", "mi", "--optimum", f"{OPTIMUM:.4f}"]  # fmt: skip
-        subprocess.run(pareto, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # every run, flagged
+        if paths:  # every run, flagged
+            subprocess.run(pareto, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
         means: dict[str, list[tuple[float, float, float, float]]] = {}
         for label, _ in FIGURES[figure][1]:
             for lam in args.lams:
                 found = [r for r in runs if r["figure"] == figure and r["curve"] == label and r["lam"] == lam]
-                (mi, mi_std), (nll, nll_std) = mean_std([r["mi"] for r in found]), mean_std([r["nll"] for r in found])
+                finite = [r for r in found if math.isfinite(r["nll"]) and math.isfinite(r["mi"])]
+                if not finite:  # every seed diverged: no point
+                    continue
+                (mi, mi_std), (nll, nll_std) = mean_std([r["mi"] for r in finite]), mean_std([r["nll"] for r in finite])
                 means.setdefault(label, []).append((mi, nll, mi_std, nll_std))
         seeds = f"{len(args.seeds)} seed{'s' if len(args.seeds) > 1 else ''}"
         plot_means(means, out / figure / "frontier.png", f"{figure}: {summary['steps']} steps, {seeds}")

@@ -404,7 +404,8 @@ def test_fig5_nll_at_equal_mi_interpolates_along_the_frontier() -> None:
 
 def test_fig5_seeds_are_read_from_records_and_averaged(tmp_path: Path, monkeypatch, capsys) -> None:
     """With every point archived, the driver trains nothing, reads each seed's record and prints each
-    point's mean ± sample std over seeds and the NLL at equal MI averaged over the seeds' frontiers."""
+    point's mean ± sample std over seeds and the NLL at equal MI averaged over the seeds' frontiers; a
+    diverged run is counted, not averaged, and not trained again."""
     module = experiment("thesis_fig5_synthetic")
     figure = "fig5_3_continuous"
     records, out = tmp_path / "records", tmp_path / "out"
@@ -421,6 +422,9 @@ def test_fig5_seeds_are_read_from_records_and_averaged(tmp_path: Path, monkeypat
                 (run / "config.yaml").write_text(json.dumps({"objective": objective(lam)}))
                 (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "loss": nll, "mi": mi, "kl": 0.0}) + "\n")
                 (run / "record.json").write_text("{}")
+                if (label, seed, lam) == ("DReG 1", 1, 0.3):  # stopped by the divergence rule: no evaluation
+                    (run / "metrics.jsonl").write_text(json.dumps({"step": 3, "loss": 99.0}) + "\n")
+                    (run / module.DIVERGED).write_text(json.dumps({"error": "infolm: error: training diverged"}))
     argv = ["thesis_fig5_synthetic.py", "--steps", "5", "--lams", "0.3", "0.5", "--seeds", "0", "1", "--figures",
             figure, "--out", str(out), "--records", str(records), "--docs-img", ""]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
@@ -434,6 +438,8 @@ def test_fig5_seeds_are_read_from_records_and_averaged(tmp_path: Path, monkeypat
     # NLL at MI 2: seed 0 interpolates 7.0 + 0.4 / 2 = 7.2, seed 1 is at its point 7.2; MI 4 only seed 1
     at = elbo[1].split(" ELBO ")[1].split(" | ")
     assert at[1].strip() == "7.200 ± 0.000" and at[3].strip() == "7.600 [1]" and at[4].strip() == "–"
+    dreg = [line for line in printed.splitlines() if line.startswith(f"{figure:18s} DReG 1 ")][0]
+    assert dreg.split(" DReG 1 ")[1].split(" | ")[0].strip() == "6.9500 (1 diverged) / 0.10 (1 diverged)"
 
 
 def test_smim_table_reuses_a_report_only_for_the_settings_it_was_computed_with(tmp_path: Path) -> None:
