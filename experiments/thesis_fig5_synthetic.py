@@ -144,6 +144,10 @@ def run_point(
     config["train"]["eval_every"] = eval_every or steps
     if anneal_epoch:  # constant lr, then x0.8 at the end of every epoch after anneal_epoch
         config["optim"].update(schedule="step", decay=0.8, decay_start_epoch=anneal_epoch)
+        # a long run at lr 3e-3 can blow up (DReG 16 KL at λ 0.3, seed 0: loss 103 at step 783): restart from
+        # the best checkpoint with the lr x0.9 (Melis Sec. 4.4's restarts), where the thesis tunes the lr per
+        # point; a run that still diverges after 10 restarts is a diverged point
+        config["train"]["divergence"] = {"enabled": True}
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir.parent / f"{run_dir.name}.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
