@@ -253,6 +253,8 @@ def main() -> None:
     parser.add_argument("--docs-img", default="docs/img", help="where the PNGs are copied ('' : nowhere)")
     parser.add_argument("--records", default="", help="archived runs (default experiments/records/<experiment>)")
     parser.add_argument("--archive", action="store_true", help="copy every finished run into --records")
+    parser.add_argument("--mi-targets", type=float, nargs="+", default=[1.0, 2.0, 3.0, 4.0, 5.0],
+                        help="MI values (nats) at which the table gives each curve's NLL")  # fmt: skip
     args = parser.parse_args()
     if any(not math.isfinite(lam) or lam >= 1.0 for lam in args.lams):
         raise SystemExit(f"--lams must be finite and below 1 (the objectives' λ < 1), got {args.lams}")
@@ -347,7 +349,7 @@ def report(summary: dict[str, Any], args: argparse.Namespace, out: Path) -> None
                 found = [r for r in runs if r["figure"] == figure and r["curve"] == label and r["lam"] == lam]
                 cells.append(f"{cell([r['nll'] for r in found], 4)} / {cell([r['mi'] for r in found], 2)}")
             print(f"{figure:18s} {label:16s} " + " | ".join(cells))
-    targets = [1.0, 2.0, 3.0, 4.0, 5.0]
+    targets = args.mi_targets
     print("\nNLL at MI = " + " / ".join(f"{t:g}" for t in targets) + " nats, linear along each seed's frontier "
           "(mean ± std over the seeds whose frontier reaches it; [n] when fewer than all):")  # fmt: skip
     for figure in args.figures:
