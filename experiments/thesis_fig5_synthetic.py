@@ -47,7 +47,9 @@ from typing import Any
 import yaml
 
 from infolm.latent.pareto import frontier as pareto_frontier
+from infolm.report import format_mean_std, mean_std
 from infolm.training.checkpoint import write_json_atomic
+from infolm.training.metrics import read_metrics
 from infolm.training.records import archive_run, is_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,23 +186,12 @@ def finished(run_dir: Path, steps: int) -> bool:
     """The run reached ``steps`` and was evaluated there, or it diverged."""
     if (run_dir / DIVERGED).is_file():
         return True
-    log = run_dir / "metrics.jsonl"
-    if not log.is_file():
-        return False
-    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    return any(r.get("step") == steps and "mi" in r for r in records)
+    return any(record.get("step") == steps for record in evaluations(run_dir))
 
 
 def evaluations(run: Path) -> list[dict[str, Any]]:
     """The run's evaluation records (those with an MI estimate), in order."""
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"mi"' in line]
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
-    return mean, math.sqrt(var)
+    return [record for record in read_metrics(run / "metrics.jsonl") if "mi" in record]
 
 
 def cell(values: list[float], digits: int) -> str:
@@ -210,8 +201,7 @@ def cell(values: list[float], digits: int) -> str:
     diverged = f" ({len(values) - len(finite)} diverged)" if len(finite) < len(values) else ""
     if not finite:
         return "diverged" if values else "–"
-    mean, std = mean_std(finite)
-    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(finite) > 1 else "") + diverged
+    return format_mean_std(finite, digits) + diverged
 
 
 def plot_means(points: dict[str, list[tuple[float, float, float, float]]], path: Path, title: str) -> None:
