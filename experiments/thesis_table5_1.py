@@ -546,7 +546,9 @@ def cmd_table(args: argparse.Namespace) -> None:
 def cmd_archive(args: argparse.Namespace) -> None:
     """Archive each run of ``--out`` that ended (it has its summary; a run still training, or cut and
     not yet resumed, is left out) with the driver's job records of it. Run after ``table``, so that the
-    record holds the scores the table read."""
+    record holds the scores the table read. With ``--cut``, a run cut at a deadline that will not be
+    resumed (its trainer state did not outlive the machine) is archived too, if it has its test score,
+    marked ``cut``; the table counts it as cut, and ``train`` trains it again rather than skip it."""
     out, records = Path(args.out), Path(args.records)
     if not out.is_dir():
         raise SystemExit(f"{out} is not a directory of Table 5.1 runs")
@@ -555,10 +557,14 @@ def cmd_archive(args: argparse.Namespace) -> None:
     for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
         if not (RUN_NAME.match(run.name) or LM_RUN_NAME.match(run.name)):
             continue
-        if run_dir_in_use(run) or not (run / "train-summary.json").is_file():
+        ended = (run / "train-summary.json").is_file()
+        cut = not ended and args.cut and any(run.glob("eval-test*.json"))
+        if run_dir_in_use(run) or not (ended or cut):
             print(f"{run.name}: not ended, left out", file=sys.stderr)
             continue
         meta = {"jobs": [job for job in jobs if job.get("run") == run.name], "ended_by_itself": finished(run, cap)}
+        if cut:
+            meta["cut"] = True
         try:
             target = archive_run(run, records, meta)
         except InfolmError as failure:
@@ -596,6 +602,9 @@ def main() -> None:
     p = sub.add_parser("archive", help="copy every ended run's config, log and scores into the records")
     p.add_argument("--out", default="runs/thesis-table5-1")
     p.add_argument("--records", default=str(RECORDS), help="the folder of records to write")
+    p.add_argument(
+        "--cut", action="store_true", help="also archive runs cut at a deadline that has a test score (marked cut)"
+    )
     p.set_defaults(func=cmd_archive)
     args = parser.parse_args()
     args.func(args)

@@ -171,3 +171,25 @@ def test_bmi_table_from_records_equals_the_table_from_runs(tmp_path: Path, capsy
     (tmp_path / "empty").mkdir()
     assert table(tmp_path / "empty", [kept]) == from_runs
     assert table(out, [kept]) == from_runs  # a run directory stands for its record
+
+
+def test_a_cut_run_is_archived_only_when_asked_and_stays_cut(tmp_path: Path, capsys) -> None:
+    """``archive`` leaves a run cut at a deadline out; ``archive --cut`` keeps it if it was scored on test,
+    marked cut, and the table then counts it as cut while ``train`` would train it again."""
+    module = experiment("thesis_table5_1")
+    out, kept = tmp_path / "runs", tmp_path / "records"
+    cut = make_run(out / "dreg-16-kl-lam0.3-s0")
+    (cut / "train-summary.json").unlink()
+    unscored = make_run(out / "dreg-16-kl-lam0.3-s1")
+    (unscored / "train-summary.json").unlink()
+    (unscored / "eval-test.json").unlink()
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(kept), cut=False))
+    assert not kept.exists() or not any(kept.iterdir())
+    assert "dreg-16-kl-lam0.3-s0: not ended, left out" in capsys.readouterr().err
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(kept), cut=True))
+    assert sorted(path.name for path in kept.iterdir()) == ["dreg-16-kl-lam0.3-s0"]
+    meta = json.loads((kept / "dreg-16-kl-lam0.3-s0" / "record.json").read_text())
+    assert meta["cut"] is True and meta["ended_by_itself"] is False
+    assert not module.finished(kept / "dreg-16-kl-lam0.3-s0", 30)
+    todo = module.pending(tmp_path / "fresh", ["dreg-16-kl"], [0.3], 2.0, [0], [], kept)
+    assert list(todo) == [tmp_path / "fresh" / "dreg-16-kl-lam0.3-s0"]
