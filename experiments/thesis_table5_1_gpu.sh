@@ -11,6 +11,8 @@
 #   <run>.best.safetensors.gz  each run's best weights, to score elsewhere: unpack into
 #                            <run>/checkpoints/best/model.safetensors
 #   driver.log, table.md, gpu.csv (GPU load every 15 s)
+# The GPU image has no omegaconf or platformdirs: carry their wheels and put them on PYTHONPATH first.
+# On an H200 the four runs at once kept the GPU 99% busy, about 52 s per epoch each.
 # DEVICE (default cuda), SCORE_S (default 120) and EXTRA (more overrides for every run, a word list) come
 # from the environment.
 set -uo pipefail
