@@ -11,6 +11,7 @@
 #   <run>.best.safetensors.gz  each run's best weights, to score elsewhere: unpack into
 #                            <run>/checkpoints/best/model.safetensors
 #   driver.log, table.md, gpu.csv (GPU load every 15 s)
+# Four runs leave eight files, the most a lease returns: write nothing else under OUT_DIR.
 # The GPU image has no omegaconf or platformdirs: carry their wheels and put them on PYTHONPATH first.
 # On an H200 the four runs at once kept the GPU 99% busy, about 52 s per epoch each.
 # DEVICE (default cuda), SCORE_S (default 120) and EXTRA (more overrides for every run, a word list) come
@@ -37,10 +38,9 @@ fi
 pack() {  # the run directories (no weights) and each run's best weights, into OUT_DIR
   tar -C "$(dirname "$runs")" -czf "$out/thesis-table5-1.tar.gz" --exclude='step-*' \
     --exclude=model.safetensors "$(basename "$runs")"
-  for best in "$runs"/*/checkpoints/best/model.safetensors; do
-    [ -f "$best" ] || continue
-    name=$(basename "$(dirname "$(dirname "$(dirname "$best")")")")
-    gzip -c "$best" > "$out/$name.best.safetensors.gz"
+  for run in "$runs"/*/; do
+    best=$run/checkpoints/best/model.safetensors
+    [ -f "$best" ] && gzip -c "$best" > "$out/$(basename "$run").best.safetensors.gz"
   done
 }
 
