@@ -53,6 +53,22 @@ def test_single_expert_is_a_plain_softmax() -> None:
     torch.testing.assert_close(model.output_log_probs(g), plain, atol=1e-5, rtol=1e-5)
 
 
+def test_without_latent_bias_the_experts_are_tanh_of_a_linear_map() -> None:
+    """``latent_bias=false``: h_{t,k} = tanh(P_k g_t) with no bias parameter; still a distribution."""
+    torch.manual_seed(5)
+    model = tiny(latent_bias=False).eval()
+    assert model.latent.bias is None
+    assert not any(name.startswith("latent.bias") for name, _ in model.named_parameters())
+    g = torch.randn(2, 4, 10)
+    prior = F.softmax(g @ model.prior.weight.T, -1)  # (B, T, K)
+    latent = torch.tanh(g @ model.latent.weight.T).view(2, 4, 3, 8)
+    experts = F.softmax(latent @ model.encoder.weight.T + model.decoder.bias, -1)  # (B, T, K, V)
+    expected = (prior.unsqueeze(-1) * experts).sum(2).log()
+    torch.testing.assert_close(model.output_log_probs(g), expected, atol=1e-5, rtol=1e-5)
+    with_bias = tiny()
+    assert sum(p.numel() for p in with_bias.parameters()) - sum(p.numel() for p in model.parameters()) == 3 * 8
+
+
 def test_state_carry_over_equals_full_pass() -> None:
     torch.manual_seed(3)
     model = tiny().eval()

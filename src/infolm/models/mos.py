@@ -38,6 +38,10 @@ class MoSConfig:
     dropoutl: float = 0.29  # locked dropout on the experts' latent vectors; paper 0.29
     wdrop: float = 0.5  # DropConnect on the hidden-to-hidden LSTM weights; paper 0.5
     init_range: float = 0.1  # uniform init of embedding and latent projection; paper 0.1
+    # the expert projection's bias: the MoS code's nn.Linear has one (kept by Cao & Xu), Yang et al.'s
+    # h_{t,k} = tanh(P_k g_t) has none. At the CPU configs' size (emb 32) the bias holds SGD at lr 20 near
+    # the unigram (train loss ~7.0 after 1,200 steps, ~6.3 without it; docs/results.md, BMI section)
+    latent_bias: bool = True
 
     def __post_init__(self) -> None:
         for key in ("emb", "hidden", "last_hidden", "layers", "n_experts"):
@@ -84,7 +88,7 @@ class AWDLSTMMoS(LanguageModel):
         self.hidden_sizes = sizes[1:]
         self.rnns = nn.ModuleList(WeightDropLSTM(sizes[i], sizes[i + 1], c.wdrop) for i in range(c.layers))
         self.prior = nn.Linear(c.last_hidden, c.n_experts, bias=False)  # mixture weights pi(c_t)
-        self.latent = nn.Linear(c.last_hidden, c.n_experts * c.emb)  # expert contexts, then tanh
+        self.latent = nn.Linear(c.last_hidden, c.n_experts * c.emb, bias=c.latent_bias)  # expert contexts, then tanh
         self.decoder = nn.Linear(c.emb, vocab_size)
         self.decoder.weight = self.encoder.weight  # tied input/output embeddings (Inan et al., Press & Wolf)
         self.reset_parameters()
@@ -94,7 +98,8 @@ class AWDLSTMMoS(LanguageModel):
         nn.init.uniform_(self.encoder.weight, -r, r)
         nn.init.zeros_(self.decoder.bias)
         nn.init.uniform_(self.latent.weight, -r, r)
-        nn.init.zeros_(self.latent.bias)
+        if self.latent.bias is not None:
+            nn.init.zeros_(self.latent.bias)
 
     def init_state(self, batch_size: int, device: torch.device | str = "cpu") -> State:
         return [
