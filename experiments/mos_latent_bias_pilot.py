@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import time
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +25,15 @@ from infolm.data.batching import batchify
 from infolm.data.datasets import load_corpus
 from infolm.models.mos import AWDLSTMMoS, MoSConfig
 
-SIZE = {"emb": 32, "hidden": 64, "last_hidden": 32, "layers": 3, "n_experts": 2}  # the BMI configs'
-NO_DROPOUT = {"dropout": 0.0, "dropouth": 0.0, "dropouti": 0.0, "dropoute": 0.0, "dropoutl": 0.0, "wdrop": 0.0}
+SIZE: dict[str, Any] = {"emb": 32, "hidden": 64, "last_hidden": 32, "layers": 3, "n_experts": 2}  # the BMI configs'
+NO_DROPOUT: dict[str, Any] = {
+    "dropout": 0.0,
+    "dropouth": 0.0,
+    "dropouti": 0.0,
+    "dropoute": 0.0,
+    "dropoutl": 0.0,
+    "wdrop": 0.0,
+}
 
 
 def train(model: AWDLSTMMoS, data: torch.Tensor, valid: torch.Tensor, steps: int, seed: int) -> dict[str, object]:
