@@ -46,7 +46,6 @@ for a record of the same name)::
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -519,22 +518,7 @@ def plot_curves(runs: dict[tuple[str, str], list[dict[str, Any]]], path: Path) -
     fig.savefig(path, dpi=120)
 
 
-def fixed_mmap_threshold(threshold: int = 65536) -> bool:
-    """glibc only: serve allocations above ``threshold`` bytes by mmap, always (``mallopt(M_MMAP_THRESHOLD)``).
-
-    Sampling the 500,000 tokens from an AWD-LSTM-MoS allocates a (64, 1, K, V) tensor per step (5 MB at K 2);
-    with glibc's dynamic threshold those land on the heap, which fragments: the driver grew past 23 GB and was
-    killed after a converged run's training (a tiny MoS: +0.5 GB in 400 steps, none with the threshold fixed).
-    Returns whether it was set (False off glibc)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    return bool(libc.mallopt(-3, threshold))  # M_MMAP_THRESHOLD is -3 in glibc's malloc.h
-
-
 def main() -> None:
-    fixed_mmap_threshold()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train and score the arms (resumes cut runs, skips scored ones)")

@@ -78,3 +78,26 @@ def test_sampling_is_seeded_and_greedy_at_zero_temperature(small_corpus):
     greedy = sample(model, prompt, 5, temperature=0)
     out = model.eval()(prompt, None)
     assert greedy[0, 0].item() == out.logits[0, -1].argmax().item()
+
+
+def test_sampling_draws_what_a_step_by_step_loop_draws_and_stops_at_the_stop_token(small_corpus):
+    torch.manual_seed(0)
+    model = tiny_model("lstm", len(small_corpus.vocab)).eval()
+    eos = small_corpus.vocab.eos_id
+    prompt = torch.full((3, 1), eos)
+    drawn = sample(model, prompt, 12, generator=torch.Generator().manual_seed(4))
+    generator = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        output = model(prompt, model.init_state(3, "cpu"))
+        expected = []
+        for _ in range(12):
+            token = torch.multinomial(output.logits[:, -1].float().softmax(-1), 1, generator=generator)
+            expected.append(token)
+            output = model(token, output.state)
+    expected_tokens = torch.cat(expected, 1)
+    assert drawn.shape == (3, 12) and torch.equal(drawn, expected_tokens)
+    whole = sample(model, prompt[:1], 12, generator=torch.Generator().manual_seed(4))
+    stop = int(whole[0, 5])  # one row stops at its first draw of the stop token, and keeps it
+    first = int((whole[0] == stop).nonzero()[0])
+    stopped = sample(model, prompt[:1], 12, generator=torch.Generator().manual_seed(4), stop_id=stop)
+    assert first <= 5 and torch.equal(stopped, whole[:, : first + 1])
