@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from mos import add_mos_arguments, mos_settings  # benchmarks/mos.py, beside this script
 from report import print_result  # benchmarks/report.py, beside this script
 from timing import interleaved
 
@@ -45,10 +46,7 @@ class FullPass(torch.nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--emb", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--last-hidden", type=int, default=32)
-    parser.add_argument("--experts", type=int, default=2)
+    add_mos_arguments(parser)
     parser.add_argument("--pairs", type=int, default=12, help="sentence pairs (BMI: the LM batch size)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", action="store_true")
@@ -56,7 +54,7 @@ def main() -> None:
     torch.manual_seed(0)
     corpus = load_corpus(DataConfig(name="ptb"))
     index = SentenceIndex.from_corpus(corpus, "train", max_len=60)
-    settings = {"emb": args.emb, "hidden": args.hidden, "last_hidden": args.last_hidden, "n_experts": args.experts}
+    settings = mos_settings(args)
     model = MODELS.build("awd-lstm-mos", settings, vocab_size=len(corpus.vocab))
     assert isinstance(model, LanguageModel)
     full = FullPass(model)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from mos import add_mos_arguments, mos_settings  # benchmarks/mos.py, beside this script
 from report import print_result  # benchmarks/report.py, beside this script
 
 from infolm.evaluation.generation import sample
@@ -50,7 +51,7 @@ def plain_sample(model: LanguageModel, prompt: torch.Tensor, steps: int, generat
 
 def build(args: argparse.Namespace) -> LanguageModel:
     torch.manual_seed(0)
-    settings = {"emb": args.emb, "hidden": args.hidden, "last_hidden": args.last_hidden, "n_experts": args.experts}
+    settings = mos_settings(args)
     model = MODELS.build("awd-lstm-mos", settings, vocab_size=VOCAB)
     assert isinstance(model, LanguageModel)
     return model
@@ -77,10 +78,7 @@ def child(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--emb", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--last-hidden", type=int, default=32)
-    parser.add_argument("--experts", type=int, default=2)
+    add_mos_arguments(parser)
     parser.add_argument("--rows", type=int, default=64, help="texts sampled side by side (the BMI driver's 64)")
     parser.add_argument("--steps", type=int, default=400, help="tokens per text and call")
     parser.add_argument("--calls", type=int, default=3)
