@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -103,7 +104,7 @@ def main() -> None:
         )
         runs.setdefault(name, []).append(json.loads(done.stdout))
     growth = {k: [r["resident_mb"][-1] - r["start_mb"] for r in v] for k, v in runs.items()}
-    per_call = {k: sorted(s for r in v for s in r["seconds"])[len(v) * args.calls // 2] for k, v in runs.items()}
+    per_call = {k: statistics.median(s for r in v for s in r["seconds"]) for k, v in runs.items()}
     print_result(
         {
             "rows": args.rows,
