@@ -35,8 +35,10 @@ and score files::
 them). Two ``train`` processes with different ``--seeds`` may share it (each writes only its own files).
 
 A converged run takes hours, so its results are kept as records (``infolm.training.records``):
-``archive`` copies each scored run's config, log and summary with its score file (as ``score.json``),
-and the real-data scores, into ``experiments/records/bmi-ptb-table2-BUDGET/``. ``train`` does not train
+``train`` copies each converged run's config, log and summary with its score file (as ``score.json``),
+and the real-data scores, into ``experiments/records/bmi-ptb-table2-BUDGET/`` as soon as they are scored
+(a machine lost before the next commit still leaves them in the working tree); ``archive`` does the
+same for every scored run of ``--out`` (the smoke budget's, or runs scored before). ``train`` does not train
 a recorded arm again, and ``table`` reads the records beside ``--out``'s runs (a run directory stands
 for a record of the same name)::
 
@@ -106,6 +108,7 @@ class Budget:
     mi: dict[str, Any]  # MIEstimatorConfig fields
     full_splits: bool  # score all of valid and test (else the configs' prefixes)
     epochs: int | None = None  # the first epoch limit (None: a step budget, never extended)
+    keep_records: bool = False  # ``train`` archives each run into the repository's records once scored
 
 
 BUDGETS = {
@@ -128,6 +131,7 @@ BUDGETS = {
         mi={"steps": 1000},  # 10 folds as the paper; at most 1000 critic updates per fold (library: 2000)
         full_splits=True,
         epochs=15,
+        keep_records=True,
     ),
     "smoke": Budget(
         train=["train.max_steps=100", "train.eval_every=0", "optim.average.nonmono=0", "optim.average.start=50"],
@@ -327,6 +331,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                 reverse_lm=budget.reverse, mi_estimator=budget.mi, gen_tokens=budget.gen_tokens,
             )  # fmt: skip
             write_json(score_path, record)
+            if budget.keep_records:  # in the repository's tree at once: a lost machine keeps the numbers
+                archive_scored(args.out, f"{arm}-s{seed}", recorded)
             print(
                 f"  {arm} s{seed}: valid {record['valid']['ppl']:.2f} test {record['test']['ppl']:.2f} "
                 f"reverse {record['reverse']['valid_ppl']:.1f}/{record['reverse']['test_ppl']:.1f} "
@@ -341,6 +347,8 @@ def cmd_train(args: argparse.Namespace) -> None:
             real = score_real(args.out, seed, budget)
             real.update(seed=seed, budget=args.budget, score_s=time.perf_counter() - tick, commit=commit())
             write_json(real_path, real)
+            if budget.keep_records:
+                archive_scored(args.out, f"real-s{seed}", recorded)
             print(f"  real s{seed}: MI {real['mi']['mean']:.3f} reverse {real['reverse']}", flush=True)
 
 
@@ -466,30 +474,35 @@ def cmd_table(args: argparse.Namespace) -> None:
         plot_curves(runs, args.png)
 
 
+def archive_scored(out: Path, name: str, records: Path) -> None:
+    """Keep ``out``'s scored run ``name`` (its score file as ``score.json``), or the real-data scores
+    ``real-sSEED``, in ``records``; a run still training, or without a log, is left out."""
+    path = out / f"{name}.score.json"
+    if name.startswith("real-"):
+        records.mkdir(parents=True, exist_ok=True)
+        write_json(records / path.name, json.loads(path.read_text()))
+        print(f"{name}: archived in {records}", file=sys.stderr)
+        return
+    run = out / name
+    if split_name(name) is None or not (run / "metrics.jsonl").is_file() or is_record(run):
+        return
+    if run_dir_in_use(run):
+        print(f"{name}: training now, left out", file=sys.stderr)
+        return
+    score = json.loads(path.read_text())
+    meta = {key: score.get(key) for key in ("command", "commit", "machine", "train_s_this_call", "score_s")}
+    try:
+        target = archive_run(run, records, {"driver": "bmi_ptb_table2.py", **meta}, {SCORE: path})
+    except InfolmError as failure:
+        sys.exit(f"error: {failure}")
+    print(f"{name}: archived in {target}", file=sys.stderr)
+
+
 def cmd_archive(args: argparse.Namespace) -> None:
     """Archive every scored run of ``--out`` that is not training (its score file kept as ``score.json``)
-    and the real-data scores. Run when a session's runs have ended and been scored."""
-    records: Path = args.records
+    and the real-data scores. ``train`` archives each converged run as it is scored; this catches up."""
     for path in sorted(args.out.glob("*.score.json")):
-        name = path.name[: -len(".score.json")]
-        if name.startswith("real-"):
-            records.mkdir(parents=True, exist_ok=True)
-            write_json(records / path.name, json.loads(path.read_text()))
-            print(f"{name}: archived in {records}", file=sys.stderr)
-            continue
-        run = args.out / name
-        if split_name(name) is None or not (run / "metrics.jsonl").is_file() or is_record(run):
-            continue
-        if run_dir_in_use(run):
-            print(f"{name}: training now, left out", file=sys.stderr)
-            continue
-        score = json.loads(path.read_text())
-        meta = {key: score.get(key) for key in ("command", "commit", "machine", "train_s_this_call", "score_s")}
-        try:
-            target = archive_run(run, records, {"driver": "bmi_ptb_table2.py", **meta}, {SCORE: path})
-        except InfolmError as failure:
-            sys.exit(f"error: {failure}")
-        print(f"{name}: archived in {target}", file=sys.stderr)
+        archive_scored(args.out, path.name[: -len(".score.json")], args.records)
 
 
 def plot_curves(runs: dict[tuple[str, str], list[dict[str, Any]]], path: Path) -> None:

@@ -165,18 +165,22 @@ def has_best(run: Path) -> bool:
 Scoring = list[tuple[Path, subprocess.Popen[bytes]]]
 
 
-def collect_scores(scoring: Scoring) -> None:
+def collect_scores(scoring: Scoring) -> list[Path]:
     """Keep the output of every scoring process that has ended (renamed into place: atomic); drop it
-    from ``scoring``. Its stdout and stderr go to files, so a long evaluation never fills a pipe."""
+    from ``scoring``; return the scores kept. Its stdout and stderr go to files, so a long evaluation
+    never fills a pipe."""
+    kept = []
     for path, process in list(scoring):
         if process.poll() is None:
             continue
         scoring.remove((path, process))
         if process.returncode == 0:
             path.with_suffix(".out.tmp").replace(path)
+            kept.append(path)
         else:
             error = path.with_suffix(".err")
             print(f"scoring {path} failed: {error.read_text()[-2000:] if error.is_file() else ''}", file=sys.stderr)
+    return kept
 
 
 def start_score(path: Path, command: list[str]) -> tuple[Path, subprocess.Popen[bytes]]:
@@ -199,7 +203,8 @@ def run_jobs(
     ``induced_tokens`` is None, a run that ends by itself is scored at once, its scoring taking a slot
     before the next training job does (a queue longer than a working session still leaves its numbers).
     A job whose run ended as a record in ``records`` is done; one that needs the weights of a run that
-    is only a record is skipped with a line saying so."""
+    is only a record is skipped with a line saying so. With ``records``, a run that ended by itself is
+    archived there as soon as both its scores are kept (a machine lost mid-queue keeps its numbers)."""
     recorded = {job.name for job in jobs if records is not None and finished(records / job.name)}
     pending = [job for job in jobs if not finished(out / job.name) and job.name not in recorded]
     for job in list(pending):
@@ -216,7 +221,9 @@ def run_jobs(
     scores = [] if induced_tokens is None else missing_scores(out, finished_before, induced_tokens)
     scoring: Scoring = []
     while pending or running or scores or scoring:
-        collect_scores(scoring)
+        for path in collect_scores(scoring):
+            if records is not None and scored(path.parent):
+                archive_ended(path.parent, records, read_jsonl(log))
         for job in list(running):
             assert job.process is not None
             if job.process.poll() is None:
@@ -388,15 +395,25 @@ def cmd_archive(args: argparse.Namespace) -> None:
         raise SystemExit(f"{out} is not a directory of runs")
     jobs = read_jsonl(out / "jobs.jsonl")
     for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
-        scored = (run / "eval-valid.json").is_file() and (run / "eval-test.json").is_file()
-        if not finished(run) or not scored:
-            print(f"{run.name}: not ended and scored, left out", file=sys.stderr)
-            continue
-        try:
-            target = archive_run(run, records, {"jobs": [job for job in jobs if job.get("run") == run.name]})
-        except InfolmError as failure:
-            raise SystemExit(str(failure)) from None
-        print(f"{run.name}: archived in {target}", file=sys.stderr)
+        archive_ended(run, records, jobs)
+
+
+def scored(run: Path) -> bool:
+    """The run has both its scores (valid, and test with the induced bigram)."""
+    return (run / "eval-valid.json").is_file() and (run / "eval-test.json").is_file()
+
+
+def archive_ended(run: Path, records: Path, jobs: list[dict[str, Any]]) -> None:
+    """Archive ``run`` with the driver's job records of it if it ended by itself and was scored; else
+    leave it out, saying so."""
+    if not finished(run) or not scored(run):
+        print(f"{run.name}: not ended and scored, left out", file=sys.stderr)
+        return
+    try:
+        target = archive_run(run, records, {"jobs": [job for job in jobs if job.get("run") == run.name]})
+    except InfolmError as failure:
+        raise SystemExit(str(failure)) from None
+    print(f"{run.name}: archived in {target}", file=sys.stderr)
 
 
 def cmd_table(args: argparse.Namespace) -> None:

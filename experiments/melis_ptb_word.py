@@ -16,10 +16,11 @@ summary of each are kept in ``runs/melis-ptb-word/log.jsonl``, and a finished st
 
     python experiments/melis_ptb_word.py archive  # the converged runs whose every step ended, as records
 
-``archive`` copies each converged run whose training, test and extras all ended (its config, log and
-summary, no checkpoint) with its steps' records into ``experiments/records/melis-ptb-word-converged/``,
-kept in the repository; ``report`` and ``converged`` read those records beside the local runs (a local
-run stands for a record of the same name), and ``converged`` does not run a recorded run's steps again.
+``converged`` copies each run whose training, test and extras all ended (its config, log and summary,
+no checkpoint) with its steps' records into ``experiments/records/melis-ptb-word-converged/``, kept in
+the repository, as soon as its last step ends (``archive`` does it for every such run found);
+``report`` and ``converged`` read those records beside the local runs (a local run stands for a record
+of the same name), and ``converged`` does not run a recorded run's steps again.
 """
 
 from __future__ import annotations
@@ -179,7 +180,10 @@ def converged_jobs(arms: list[str], seeds: list[int]) -> list[tuple[str, list[st
 
 
 def cmd_converged(args: argparse.Namespace) -> None:
-    for key, command in converged_jobs(args.arms, args.seeds):
+    """Each run's training, test and extras in turn; a run whose last step ended is archived at once, so
+    that its record is in the working tree before the next run starts (a lost machine keeps it)."""
+    jobs = converged_jobs(args.arms, args.seeds)
+    for index, (key, command) in enumerate(jobs):
         run = key.split("/", 1)[1]
         if not (OUT / run).is_dir() and (RECORDS / run.split("/", 1)[1] / RECORD).is_file():
             print(f"[skip] {key}: recorded (no weights here to evaluate again)", flush=True)
@@ -188,6 +192,9 @@ def cmd_converged(args: argparse.Namespace) -> None:
             print(f"[skip] {key}: its training did not finish (a rerun resumes it)", flush=True)
             continue
         _run(key, command)
+        last_of_run = index + 1 == len(jobs) or jobs[index + 1][0].split("/", 1)[1] != run
+        if last_of_run and key in _done():
+            archive_converged(OUT / run)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -396,22 +403,28 @@ def converged_seeds() -> list[int]:
     return sorted(found)
 
 
-def cmd_archive(_: argparse.Namespace) -> None:
-    """Archive each local converged run whose steps all ended (training, test, and the extras where the
-    arm has them) with the log's records of those steps; any other run is left out, saying why."""
+def archive_converged(run: Path) -> None:
+    """Archive the local converged run ``run`` if its steps all ended (training, test, and the extras
+    where the arm has them), with the log's records of those steps; else leave it out, saying why."""
     done = _done()
+    arm, seed = run.name.rsplit("-s", 1)
+    keys = [key for key, _ in converged_jobs([arm], [int(seed)])] if arm in CONVERGED else []
+    missing = [key for key in keys if key not in done]
+    if not keys or missing:
+        print(f"{run.name}: not archived, steps missing: {missing or 'not an arm'}", file=sys.stderr)
+        return
+    try:
+        target = archive_run(run, RECORDS, {"log": [done[key] for key in keys]})
+    except InfolmError as failure:
+        raise SystemExit(str(failure)) from None
+    print(f"{run.name}: archived in {target}", file=sys.stderr)
+
+
+def cmd_archive(_: argparse.Namespace) -> None:
+    """Archive each local converged run whose steps all ended (``converged`` archives each run as its last
+    step ends; this catches up)."""
     for run in sorted(path for path in (OUT / "converged").glob("*-s*") if path.is_dir()):
-        arm, seed = run.name.rsplit("-s", 1)
-        keys = [key for key, _ in converged_jobs([arm], [int(seed)])] if arm in CONVERGED else []
-        missing = [key for key in keys if key not in done]
-        if not keys or missing:
-            print(f"{run.name}: not archived, steps missing: {missing or 'not an arm'}", file=sys.stderr)
-            continue
-        try:
-            target = archive_run(run, RECORDS, {"log": [done[key] for key in keys]})
-        except InfolmError as failure:
-            raise SystemExit(str(failure)) from None
-        print(f"{run.name}: archived in {target}", file=sys.stderr)
+        archive_converged(run)
 
 
 def converged_table(done: dict[str, dict[str, Any]]) -> str:

@@ -3,6 +3,7 @@ the config's objective section, so an arm that replaces a term must remove the c
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib.util
 import json
@@ -185,6 +186,36 @@ def test_melis_converged_table_counts_early_stops_and_averages_the_extras(tmp_pa
 
     shutil.rmtree(tmp_path / "converged")
     assert module.converged_table(module._done()) == table
+
+
+def test_melis_converged_archives_each_run_when_its_last_step_ends(tmp_path: Path, monkeypatch) -> None:
+    """``converged`` keeps a run as a record as soon as its training, test and extras have ended, before
+    the next run trains (a machine lost mid-queue keeps what ended); a run whose step failed is not kept."""
+    import subprocess as sp
+
+    module = experiment("melis_ptb_word")
+    monkeypatch.setattr(module, "OUT", tmp_path / "out")
+    monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
+    monkeypatch.setattr(module, "LOG", tmp_path / "out" / "log.jsonl")
+    started: list[tuple[str, list[str]]] = []  # (run trained now, records present then)
+
+    def fake(command: list[str], **_: object) -> sp.CompletedProcess[str]:
+        if command[1] == "train":
+            name = Path(next(word for word in command if word.startswith("run.dir=")).split("=", 1)[1]).name
+            run = tmp_path / "out" / "converged" / name
+            kept = sorted(p.name for p in (tmp_path / "records").iterdir()) if (tmp_path / "records").is_dir() else []
+            started.append((run.name, kept))
+            run.mkdir(parents=True)
+            (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "split": "valid", "loss": 5.0}) + "\n")
+        failed = command[1] == "evaluate" and "mogrifier-s1" in command[2]
+        return sp.CompletedProcess(command, 1 if failed else 0, "" if failed else '{"ppl": 1.0}\n', "x")
+
+    monkeypatch.setattr(module.subprocess, "run", fake)
+    module.cmd_converged(argparse.Namespace(arms=["lstm", "mogrifier"], seeds=[1]))
+    assert started == [("lstm-s1", []), ("mogrifier-s1", ["lstm-s1"])]
+    assert sorted(p.name for p in (tmp_path / "records").iterdir()) == ["lstm-s1"]
+    log = json.loads((tmp_path / "records" / "lstm-s1" / "record.json").read_text())["log"]
+    assert [entry["key"] for entry in log] == [key for key, _ in module.converged_jobs(["lstm"], [1])]
 
 
 @pytest.mark.parametrize("budget", ["converged", "smoke"])
@@ -551,26 +582,34 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(jobs: int
 def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypatch) -> None:
     """A run that ends by itself is scored at once, its scoring taking the slot before the next training
     job: a queue that outlasts a working session still leaves the numbers of the runs it finished. Runs
-    that ended in an earlier call without scores are scored first."""
+    that ended in an earlier call without scores are scored first. Each run scored is kept as a record
+    at once, before the next training job starts."""
     module = experiment("imm_ptb_table2_converged")
 
     def job(name: str) -> object:
         code = (
             "import json, pathlib, sys, time; run = pathlib.Path(sys.argv[1]); run.mkdir(parents=True); "
+            "(run / 'metrics.jsonl').write_text('{}\\n'); "
             "(run / 'started').write_text(str(time.time())); print(json.dumps({'epoch': 1, 'early_stopped': True}))"
         )
         return module.Job(name, "none", 0, [sys.executable, "-c", code, str(tmp_path / name)])
 
     def fake_scores(out: Path, name: str, induced_tokens: int) -> list[tuple[Path, list[str]]]:
         code = "import json, time; time.sleep(0.2); print(json.dumps({'ppl': 1.0, 'at': time.time()}))"
-        return [(out / name / "eval-test.json", [sys.executable, "-c", code])]
+        return [(out / name / f"eval-{split}.json", [sys.executable, "-c", code]) for split in ("valid", "test")]
 
     monkeypatch.setattr(module, "score_commands", fake_scores)
     earlier = tmp_path / "noising-s0"  # trained by an earlier call, never scored
     (earlier / "checkpoints").mkdir(parents=True)
     (earlier / "train-summary.json").write_text('{"epoch": 20}')
+    (earlier / "metrics.jsonl").write_text("{}\n")
     jobs = [job("noising-s0"), job("none-s0"), job("none-s1")]
-    module.run_jobs(jobs, 1, math.inf, tmp_path, tmp_path / "jobs.jsonl", induced_tokens=0)
+    records = tmp_path / "records"
+    module.run_jobs(jobs, 1, math.inf, tmp_path, tmp_path / "jobs.jsonl", induced_tokens=0, records=records)
+    assert sorted(path.name for path in records.iterdir()) == ["noising-s0", "none-s0", "none-s1"]
+    kept = (records / "none-s0" / "record.json").stat().st_mtime
+    assert kept <= float((tmp_path / "none-s1" / "started").read_text())  # archived before the next began
+    assert json.loads((records / "none-s1" / "record.json").read_text())["jobs"][0]["run"] == "none-s1"
     assert not (earlier / "started").exists()  # not trained again
     scored_earlier = json.loads((earlier / "eval-test.json").read_text())["at"]
     assert scored_earlier <= float((tmp_path / "none-s0" / "started").read_text())
