@@ -10,10 +10,11 @@ sentence LSTM LM on the same sentences with its task's evaluation. Each run's re
 ``<run>/report-test-iwae<K>-<N>.json`` (``<run>/report-test-<N>.json`` for the LM; N is ``all`` for
 the whole split) and reused only for the same K and N.
 
-``--archive`` then copies each scored run's config, log, summary and reports (no checkpoint) into
-``experiments/records/smim-ptb-cpu/``, kept in the repository; a run found there and not under
-``--runs`` is read from its record (its reports are final: a record cannot be scored again), and
-``smim_ptb_cpu.sh`` does not train it again.
+``--archive`` copies each run's config, log, summary and reports (no checkpoint) into
+``experiments/records/smim-ptb-cpu/``, kept in the repository, as soon as the run is scored (a lost
+machine keeps what was scored); a run found there and not under ``--runs`` is read from its record
+(its reports are final: a record cannot be scored again), and ``smim_ptb_cpu.sh`` does not train it
+again.
 """
 
 from __future__ import annotations
@@ -179,18 +180,25 @@ def main() -> None:
         help="also bound each latent model with its proposal's log-variance floor raised to these (e.g. -6 -4 -2)",
     )
     parser.add_argument("--records", default=str(RECORDS), help="a folder of archived runs read beside --runs")
-    parser.add_argument("--archive", action="store_true", help="then archive every scored run in --records")
+    parser.add_argument("--archive", action="store_true", help="keep each run in --records as soon as it is scored")
     args = parser.parse_args()
     if args.samples < 1 or args.sentences < 0:
         raise SystemExit(f"--samples must be at least 1 and --sentences 0 or more: {args.samples}, {args.sentences}")
     seeds = [int(s) for s in args.seeds.split(",")]
     root, records = Path(args.runs), Path(args.records)
     rows = []
-    scored: list[Path] = []
+
+    def keep(run: Path) -> None:
+        """With ``--archive``, the run just scored is kept as a record at once (before the next is scored)."""
+        if args.archive and not is_record(run):
+            try:
+                print(f"{run.name}: archived in {archive_run(run, records)}", file=sys.stderr)
+            except InfolmError as failure:
+                raise SystemExit(str(failure)) from None
+
     for name, label in [*LATENT.items(), ("sentence-lstm", "sentence LSTM LM")]:
         runs = [found for seed in seeds if (found := locate(root, records, f"{name}-s{seed}")) is not None]
         runs = [run for run in runs if finished(run)]
-        scored += [run for run in runs if not is_record(run)]
         if not runs:
             continue
         keys = ("nll", "tightest", "ppl", "kl", "mi", "au", "bleu", "bleu_authors", "ent", "melbo")
@@ -198,11 +206,13 @@ def main() -> None:
         for run in runs:
             if name == "sentence-lstm":
                 values = lm_run_report(run, args.sentences)["values"]
+                keep(run)
                 cols["nll"].append(values["sentence_nll"])
                 cols["tightest"].append(values["sentence_nll"])  # exact
                 cols["ppl"].append(values["ppl"])
                 continue
             report = latent_run_report(run, args.samples, args.sentences, args.proposal_floors)
+            keep(run)
             bounds = report["bounds"]
             cols["au"].append(bounds["active_units"])
             cols["bleu"].append(report["reconstruction"]["bleu1"])
@@ -239,12 +249,6 @@ def main() -> None:
     print("| --- " * 16 + "|")
     for row in rows:
         print(row)
-    if args.archive:
-        for run in scored:
-            try:
-                print(f"{run.name}: archived in {archive_run(run, records)}", file=sys.stderr)
-            except InfolmError as failure:
-                raise SystemExit(str(failure)) from None
 
 
 def locate(root: Path, records: Path, name: str) -> Path | None:

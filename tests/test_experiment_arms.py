@@ -654,6 +654,37 @@ def test_smim_table_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys)
         module.main()
 
 
+def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, monkeypatch, capsys) -> None:
+    """With ``--archive``, a run is kept as a record right after its report, before the next run is
+    scored: a scoring queue cut short still leaves every report it finished."""
+    module = experiment("smim_ptb_table2")
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    for seed in (0, 1):
+        run = runs / f"smim-s{seed}"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text("run:\n  seed: 0\n")
+        (run / "metrics.jsonl").write_text("{}\n")
+        (run / "train-summary.json").write_text("{}")
+    seen: list[list[str]] = []  # the records present when each run was scored
+
+    def fake_report(run: Path, samples: int, sentences: int, floors: object) -> dict[str, object]:
+        seen.append(sorted(path.name for path in records.iterdir()) if records.is_dir() else [])
+        bounds = {"nll": 1.0, "ppl": 2.0, "rate": 0.5, "mutual_information": 0.4, "active_units": 3}
+        report = {"bounds": bounds, "reconstruction": {"bleu1": 0.3, "bleu1_authors": 0.3},
+                  "latent_entropy": {"entropy": 1.0}, "melbo": {"nll": 0.9}}  # fmt: skip
+        (run / module.report_path(run, sentences, samples).name).write_text(json.dumps(report))
+        return report
+
+    monkeypatch.setattr(module, "latent_run_report", fake_report)
+    argv = ["smim_ptb_table2.py", "--runs", str(runs), "--records", str(records), "--seeds", "0,1", "--archive"]
+    monkeypatch.setattr(sys, "argv", argv)
+    module.main()
+    assert seen == [[], ["smim-s0"]]
+    assert sorted(path.name for path in records.iterdir()) == ["smim-s0", "smim-s1"]
+    assert (records / "smim-s1" / "report-test-iwae20-1000.json").is_file()
+    assert "| sMIM (A-MIM) | 2 |" in capsys.readouterr().out
+
+
 def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None:
     """An ended, scored run archived as a record rebuilds the same table row without its run directory;
     ``train`` does not train a recorded run again, and skips (saying why) a continuation whose baseline is
