@@ -292,6 +292,10 @@ def cmd_train(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
     recorded = records_of(args.budget)
+    # runs with extra overrides are not the protocol's: they never replace its records unasked
+    keep = budget.keep_records and not args.override
+    if budget.keep_records and args.override:
+        print(f"note: runs with --override are not archived into {recorded} (run `archive` to keep them)", flush=True)
     for seed in args.seeds:
         for arm in args.arms:
             score_path = args.out / f"{arm}-s{seed}.score.json"
@@ -331,7 +335,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                 reverse_lm=budget.reverse, mi_estimator=budget.mi, gen_tokens=budget.gen_tokens,
             )  # fmt: skip
             write_json(score_path, record)
-            if budget.keep_records:  # in the repository's tree at once: a lost machine keeps the numbers
+            if keep:  # in the repository's tree at once: a lost machine keeps the numbers
                 archive_scored(args.out, f"{arm}-s{seed}", recorded)
             print(
                 f"  {arm} s{seed}: valid {record['valid']['ppl']:.2f} test {record['test']['ppl']:.2f} "
@@ -347,7 +351,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             real = score_real(args.out, seed, budget)
             real.update(seed=seed, budget=args.budget, score_s=time.perf_counter() - tick, commit=commit())
             write_json(real_path, real)
-            if budget.keep_records:
+            if keep:
                 archive_scored(args.out, f"real-s{seed}", recorded)
             print(f"  real s{seed}: MI {real['mi']['mean']:.3f} reverse {real['reverse']}", flush=True)
 

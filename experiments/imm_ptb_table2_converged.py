@@ -197,14 +197,15 @@ def run_jobs(
     from_cut: bool = False,
     induced_tokens: int | None = None,
     records: Path | None = None,
+    keep: bool = False,
 ) -> None:
     """Run ``jobs`` ``slots`` at a time in dependency order; terminate what runs at ``deadline``.
     ``from_cut``: a job also starts after a run that was cut but has best weights. Unless
     ``induced_tokens`` is None, a run that ends by itself is scored at once, its scoring taking a slot
     before the next training job does (a queue longer than a working session still leaves its numbers).
     A job whose run ended as a record in ``records`` is done; one that needs the weights of a run that
-    is only a record is skipped with a line saying so. With ``records``, a run that ended by itself is
-    archived there as soon as both its scores are kept (a machine lost mid-queue keeps its numbers)."""
+    is only a record is skipped with a line saying so. With ``keep``, a run that ended by itself is
+    archived in ``records`` as soon as both its scores are kept (a machine lost mid-queue keeps its numbers)."""
     recorded = {job.name for job in jobs if records is not None and finished(records / job.name)}
     pending = [job for job in jobs if not finished(out / job.name) and job.name not in recorded]
     for job in list(pending):
@@ -222,7 +223,7 @@ def run_jobs(
     scoring: Scoring = []
     while pending or running or scores or scoring:
         for path in collect_scores(scoring):
-            if records is not None and scored(path.parent):
+            if keep and records is not None and scored(path.parent):
                 archive_ended(path.parent, records, read_jsonl(log))
         for job in list(running):
             assert job.process is not None
@@ -351,6 +352,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         args.from_cut_baselines,
         args.induced_max_train_tokens,
         Path(args.records),
+        keep=not args.set,  # runs with extra overrides are not the protocol's: kept only by `archive`
     )
     score_runs(out, [job.name for job in jobs], args.jobs, deadline, args.induced_max_train_tokens)
     print(f"done in {time.time() - start:.0f} s", file=sys.stderr)

@@ -605,7 +605,7 @@ def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypat
     (earlier / "metrics.jsonl").write_text("{}\n")
     jobs = [job("noising-s0"), job("none-s0"), job("none-s1")]
     records = tmp_path / "records"
-    module.run_jobs(jobs, 1, math.inf, tmp_path, tmp_path / "jobs.jsonl", induced_tokens=0, records=records)
+    module.run_jobs(jobs, 1, math.inf, tmp_path, tmp_path / "jobs.jsonl", induced_tokens=0, records=records, keep=True)
     assert sorted(path.name for path in records.iterdir()) == ["noising-s0", "none-s0", "none-s1"]
     kept = (records / "none-s0" / "record.json").stat().st_mtime
     assert kept <= float((tmp_path / "none-s1" / "started").read_text())  # archived before the next began

@@ -186,7 +186,8 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
     def fake_train(command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
         run = Path(next(word for word in command if word.startswith("run.dir=")).split("=", 1)[1])
         seen.append((run.name, sorted(path.name for path in kept.iterdir()) if kept.is_dir() else []))
-        bmi_run(tmp_path / "made", run.name.rsplit("-s", 1)[0], 0, 1.0)
+        arm, seed = run.name.rsplit("-s", 1)
+        bmi_run(tmp_path / "made", arm, int(seed), 1.0)
         run.parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "made" / run.name).rename(run)
         return subprocess.CompletedProcess(command, 0, json.dumps({"epoch": 15, "early_stopped": True}) + "\n", "")
@@ -207,6 +208,14 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
     seen.clear()
     module.cmd_train(argparse.Namespace(**{**vars(args), "out": tmp_path / "smoke-runs", "budget": "smoke"}))
     assert [name for name, _ in seen] == ["baseline-s0", "full-s0"] and not (tmp_path / "smoke").exists()
+    seen.clear()  # extra overrides: not the protocol's runs, so no record is replaced by them
+    before = (kept / "full-s0" / "record.json").read_bytes()
+    module.cmd_train(
+        argparse.Namespace(**{**vars(args), "out": tmp_path / "lr10", "seeds": [1], "override": ["optim.lr=10"]})
+    )
+    assert [name for name, _ in seen] == ["baseline-s1", "full-s1"]
+    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0.score.json"]
+    assert (kept / "full-s0" / "record.json").read_bytes() == before
 
 
 def test_a_cut_run_is_archived_only_when_asked_and_stays_cut(tmp_path: Path, capsys) -> None:
