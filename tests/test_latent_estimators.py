@@ -352,3 +352,14 @@ def test_mutual_information_estimate_with_the_exact_posterior_is_the_true_kl() -
     metrics = evaluate_latent(model, [(x.repeat(2000, 1), torch.ones(6000))], samples=10)
     assert abs(metrics.mutual_information - metrics.rate) < 0.02
     assert metrics.active_units == 2
+
+
+def test_kl_estimate_never_exceeds_minus_the_iwae_bound_when_every_likelihood_is_at_most_one() -> None:
+    """Û^K is a convex combination of the ln p(x|z_i) (Eq. 5.9): if each is ≤ 0 then Û^K ≤ 0 and
+    Û^K - Ŝ^K ≤ -Ŝ^K, draw by draw. With ln p(x|z_i) > 0 (densities) the bound does not hold."""
+    for K in (1, 4, 100):
+        h, r = random_quantities(K, B=50, seed=K)
+        r = 4 * r  # posteriors far from the prior: large KL estimates
+        assert bool((kl_estimate(h, r) <= -iwae_bound(h, r) + 1e-12).all())
+    h, r = random_quantities(4, B=50)
+    assert bool((kl_estimate(h + 10, r) > -iwae_bound(h + 10, r)).any())
