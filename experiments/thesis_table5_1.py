@@ -27,6 +27,10 @@ batch, optimizer, schedule, stopping, dropouts and init (``lm_overrides``), once
         --arms lm dreg-1 vimco-1 --lams 0.3 --seeds 0 --jobs 2
     python experiments/thesis_table5_1.py table --out runs/thesis-table5-1 --png docs/img/thesis_table5_1_valid.png
 
+``train --score`` scores each run that ends by itself the moment it ends (valid IWAE-100 and test
+IWAE-500, the LM exactly; every λ's run, not only the one ``table`` will choose) and archives it before
+the next run starts, so a machine lost in the middle of a queue keeps every run it finished; runs with
+``--set`` overrides are not the protocol's and are never archived.
 Rerunning ``train`` resumes cut runs (``infolm train`` resumes its run directory) and skips finished
 ones; ``--deadline-s`` stops what still trains (a cut run is marked so in the table). Scores are
 cached as ``<run>/eval-test-iwae500.json`` and ``eval-valid-iwae100.json``; ``table --jobs N`` runs N
@@ -275,10 +279,37 @@ def cmd_train(args: argparse.Namespace) -> None:
         with (out / "jobs.jsonl").open("a") as handle:
             handle.write(json.dumps(record) + "\n")
         print(f"{run.name}: {record['rc']} ({record.get('wall_s', 0):.0f} s)", file=sys.stderr, flush=True)
+        if args.score and record["rc"] == 0 and finished(run, cap) and not args.set:
+            score_and_archive(run, out, Path(args.records), args.valid_samples, args.test_samples)
         return record
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         list(pool.map(job, [(command, run) for run, command in todo.items()]))
+
+
+def score_and_archive(run: Path, out: Path, records: Path, valid_samples: int, test_samples: int) -> Path:
+    """``train --score``: the scores ``table`` reads for a run that ended by itself (a latent arm's
+    IWAE-``valid_samples`` on valid and IWAE-``test_samples`` on test, whichever λ ``table`` will choose;
+    the LM's exact valid and test), then its record, before the queue's next run starts."""
+    calls: list[tuple[Path, str, int | None, Path]]
+    if LM_RUN_NAME.match(run.name):
+        calls = [(run, split, None, run / f"eval-{split}.json") for split in ("valid", "test")]
+    else:
+        calls = [
+            (run, "valid", valid_samples, run / f"eval-valid-iwae{valid_samples}.json"),
+            (run, "test", test_samples, run / f"eval-test-iwae{test_samples}.json"),
+        ]
+    started = time.time()
+    for call in calls:
+        score(*call)
+    jobs = [job for job in read_jsonl(out / "jobs.jsonl") if job.get("run") == run.name]
+    meta: dict[str, Any] = {"jobs": jobs, "ended_by_itself": True, "score_s": round(time.time() - started, 1)}
+    try:
+        target = archive_run(run, records, meta)
+    except InfolmError as failure:
+        raise SystemExit(str(failure)) from None
+    print(f"{run.name}: scored and archived in {target}", file=sys.stderr, flush=True)
+    return target
 
 
 def machine() -> dict[str, Any]:
@@ -587,6 +618,13 @@ def main() -> None:
     p.add_argument("--deadline-s", type=float, default=0, help="stop what trains after this many s (0: never)")
     p.add_argument("--set", nargs="*", default=[], help="overrides for every run (e.g. run.device=cuda)")
     p.add_argument("--records", default=str(RECORDS), help="runs archived here that ended are not trained again")
+    p.add_argument(
+        "--score",
+        action="store_true",
+        help="score each run that ends by itself as `table` does and archive it at once (not with --set)",
+    )
+    p.add_argument("--valid-samples", type=int, default=100, help="with --score: IWAE-K on valid (thesis: 100)")
+    p.add_argument("--test-samples", type=int, default=500, help="with --score: IWAE-K on test (thesis: 500)")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("table", help="pick λ on validation, score on test and print the table")
     p.add_argument("--out", default="runs/thesis-table5-1")

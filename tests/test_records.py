@@ -218,6 +218,61 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
     assert (kept / "full-s0" / "record.json").read_bytes() == before
 
 
+def test_table5_1_train_scores_and_archives_each_run_that_ends_by_itself(tmp_path: Path, monkeypatch) -> None:
+    """``train --score``: a run that ended by itself is scored as ``table`` reads it (latent arms IWAE-100 on
+    valid and IWAE-500 on test, the LM exactly) and archived before the next run trains; a run cut at the
+    deadline or trained with ``--set`` overrides is neither."""
+    import subprocess
+
+    module = experiment("thesis_table5_1")
+    out, kept = tmp_path / "runs", tmp_path / "records"
+    seen: list[tuple[str, list[str]]] = []  # (run trained now, records present when it started)
+    scored: list[tuple[str, str, int | None]] = []
+
+    real_run = subprocess.run
+
+    def fake_run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        if not any(word.startswith("run.dir=") for word in command):  # git, uname: as they are
+            return real_run(command, **kwargs)  # type: ignore[call-overload,no-any-return]
+        run = Path(next(word for word in command if word.startswith("run.dir=")).split("=", 1)[1])
+        seen.append((run.name, sorted(path.name for path in kept.iterdir()) if kept.is_dir() else []))
+        made = make_run(tmp_path / "made" / run.name)
+        (made / "eval-test.json").unlink()
+        run.parent.mkdir(parents=True, exist_ok=True)
+        made.rename(run)
+        return subprocess.CompletedProcess(command, 0, b'{"epoch": 17, "early_stopped": true}\n', b"")
+
+    def fake_score(run: Path, split: str, samples: int | None, path: Path) -> dict:
+        scored.append((run.name, split, samples))
+        path.write_text(json.dumps({"nll": 4.0, "split": split}))
+        return {"nll": 4.0}
+
+    monkeypatch.setattr(module.subprocess, "run", fake_run)
+    monkeypatch.setattr(module, "score", fake_score)
+    args = argparse.Namespace(
+        out=str(out), arms=["lm", "dreg-1"], lams=[0.3], alpha=2.0, seeds=[2], jobs=1, deadline_s=0, set=[],
+        records=str(kept), score=True, valid_samples=100, test_samples=500,
+    )  # fmt: skip
+    module.cmd_train(args)
+    assert seen == [("lm-s2", []), ("dreg-1-lam0.3-s2", ["lm-s2"])]
+    assert scored == [
+        ("lm-s2", "valid", None), ("lm-s2", "test", None), ("dreg-1-lam0.3-s2", "valid", 100),
+        ("dreg-1-lam0.3-s2", "test", 500),
+    ]  # fmt: skip
+    record = kept / "dreg-1-lam0.3-s2"
+    assert json.loads((record / "eval-test-iwae500.json").read_text())["split"] == "test"
+    meta = json.loads((record / "record.json").read_text())
+    assert meta["ended_by_itself"] is True and [job["run"] for job in meta["jobs"]] == ["dreg-1-lam0.3-s2"]
+    assert (kept / "lm-s2" / "eval-valid.json").is_file()
+    seen.clear()  # ended runs with records are not trained again; overrides: trained, never archived
+    module.cmd_train(args)
+    assert seen == []
+    module.cmd_train(argparse.Namespace(**{**vars(args), "out": str(tmp_path / "other"), "seeds": [3],
+                                           "set": ["optim.lr=0.01"]}))  # fmt: skip
+    assert [name for name, _ in seen] == ["lm-s3", "dreg-1-lam0.3-s3"]
+    assert sorted(path.name for path in kept.iterdir()) == ["dreg-1-lam0.3-s2", "lm-s2"]
+
+
 def test_a_cut_run_is_archived_only_when_asked_and_stays_cut(tmp_path: Path, capsys) -> None:
     """``archive`` leaves a run cut at a deadline out; ``archive --cut`` keeps it if it was scored on test,
     marked cut, and the table then counts it as cut while ``train`` would train it again."""
