@@ -204,21 +204,37 @@ def cell(values: list[float], digits: int) -> str:
     return format_mean_std(finite, digits) + diverged
 
 
-def plot_means(points: dict[str, list[tuple[float, float, float, float]]], path: Path, title: str) -> None:
+def plot_means(
+    points: dict[str, list[tuple[float, float, float, float]]], path: Path, title: str, nll_max: float = 0.0
+) -> None:
     """Each curve's frontier of seed-mean points (MI, NLL, std MI, std NLL): error bars are one standard
-    deviation over seeds; a point is kept when no other point of its curve has more MI and a lower NLL."""
+    deviation over seeds; a point is kept when no other point of its curve has more MI and a lower NLL.
+    With ``nll_max`` the axes end there, and the frontier points above it are named in a note instead."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6, 4.5))
+    off: list[str] = []
+    shown_mi: list[float] = []
     for label, curve in points.items():
         finite = [p for p in curve if math.isfinite(p[0]) and math.isfinite(p[1])]
         kept = sorted(p for p, flag in zip(finite, pareto_frontier([(p[0], p[1]) for p in finite])) if flag)
+        if nll_max:
+            off += [f"{label}: MI {p[0]:.2f}, NLL {p[1]:.2f}" for p in kept if p[1] > nll_max]
+            kept = [p for p in kept if p[1] <= nll_max]
+        shown_mi += [p[0] + p[2] for p in kept]
         if kept:
             axes.errorbar([p[0] for p in kept], [p[1] for p in kept], xerr=[p[2] for p in kept],
                           yerr=[p[3] for p in kept], marker="o", capsize=2, label=label)  # fmt: skip
+    if nll_max:
+        axes.set_ylim(top=nll_max)
+        if off and shown_mi:
+            axes.set_xlim(right=max(shown_mi) * 1.05)
+    if off:
+        note = "above the plot (frontier points):\n" + "\n".join(off)
+        axes.text(0.02, 0.97, note, transform=axes.transAxes, fontsize=7, va="top")
     axes.axhline(OPTIMUM, color="grey", linestyle="--", linewidth=1, label=f"optimum {OPTIMUM:.4f}")
     axes.set_xlabel("MI estimate (nats)")
     axes.set_ylabel("NLL, IWAE-100 (nats)")
@@ -243,6 +259,7 @@ def main() -> None:
     parser.add_argument("--docs-img", default="docs/img", help="where the PNGs are copied ('' : nowhere)")
     parser.add_argument("--records", default="", help="archived runs (default experiments/records/<experiment>)")
     parser.add_argument("--archive", action="store_true", help="copy every finished run into --records")
+    parser.add_argument("--nll-max", type=float, default=0.0, help="end the plot's NLL axis here (0: at the data)")
     parser.add_argument("--mi-targets", type=float, nargs="+", default=[1.0, 2.0, 3.0, 4.0, 5.0],
                         help="MI values (nats) at which the table gives each curve's NLL")  # fmt: skip
     args = parser.parse_args()
@@ -326,7 +343,8 @@ def report(summary: dict[str, Any], args: argparse.Namespace, out: Path) -> None
                 (mi, mi_std), (nll, nll_std) = mean_std([r["mi"] for r in finite]), mean_std([r["nll"] for r in finite])
                 means.setdefault(label, []).append((mi, nll, mi_std, nll_std))
         seeds = f"{len(args.seeds)} seed{'s' if len(args.seeds) > 1 else ''}"
-        plot_means(means, out / figure / "frontier.png", f"{figure}: {summary['steps']} steps, {seeds}")
+        title = f"{figure}: {summary['steps']} steps, {seeds}"
+        plot_means(means, out / figure / "frontier.png", title, args.nll_max)
         if args.docs_img:
             Path(args.docs_img).mkdir(parents=True, exist_ok=True)
             suffix = "" if args.schedule == "short" else f"_{args.schedule}"
