@@ -279,3 +279,22 @@ def test_evaluate_samples_bad_input_is_one_line(
     run_dir = sentence_latent_run(tmp_path, 2) if which == "latent" else runs[which]
     code, out, err = run(capsys, "evaluate", str(run_dir), "--samples", samples)
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_model_of_single_symbols_is_evaluated_without_the_sentence_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The thesis's synthetic model scores one symbol per example: `evaluate` gives its bound (no BLEU,
+    no latent entropy, per-word equal to per-token); the commands that decode sentences refuse it."""
+    model = {"name": "latent-synthetic", "latent": "categorical", "variables": 2, "categories": 3}
+    synthetic = str(make_run(tmp_path, "synthetic", {**model, "embedding": 8, "hidden": 8}, {"mi-kl": {}}))
+    code, out, err = run(capsys, "latent", "evaluate", synthetic, "--samples", "4", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    bounds = report["bounds"]
+    assert bounds["examples"] == 5 and bounds["tokens"] == 5  # the first symbol of each line
+    assert bounds["nll_per_word"] == pytest.approx(bounds["nll"])
+    assert "reconstruction" not in report and "latent_entropy" not in report
+    for args in (["reconstruct", synthetic, "the cat"], ["sample", synthetic], ["interpolate", synthetic, "a", "b"]):
+        code, out, err = run(capsys, "latent", *args)
+        assert code == 2 and out == "" and "decodes no sentences" in err and len(err.strip().splitlines()) == 1

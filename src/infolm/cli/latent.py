@@ -74,6 +74,14 @@ def _load(run_dir: str) -> tuple[Any, Any, Any]:
     return config, corpus, model
 
 
+def _load_sentence_model(run_dir: str) -> tuple[Any, Any, Any]:
+    """A run whose decoder writes sentences (reconstruct, interpolate and sample need one)."""
+    config, corpus, model = _load(run_dir)
+    if not hasattr(model, "eos_id"):
+        raise InfolmError(f"{run_dir} holds a {config.model['name']} model, which decodes no sentences")
+    return config, corpus, model
+
+
 def _deterministic(config: Any) -> bool:
     """Whether the run's objectives make its codes deterministic (an auto-encoder)."""
     from infolm.objectives.base import deterministic_latent
@@ -128,7 +136,7 @@ def _generator(seed: int) -> Any:
 def cmd_reconstruct(args: argparse.Namespace) -> int:
     from infolm.evaluation.reconstruction import reconstruct
 
-    config, corpus, model = _load(args.run_dir)
+    config, corpus, model = _load_sentence_model(args.run_dir)
     mode = _mode(config, args.mode)
     ids = [_encode_sentence(corpus, s, args.run_dir) for s in args.sentences]
     out = reconstruct(model, ids, mode, max_length=2 * max(map(len, ids)) + 10, generator=_generator(args.seed))
@@ -141,7 +149,7 @@ def cmd_interpolate(args: argparse.Namespace) -> int:
 
     if args.steps < 2:
         raise InfolmError(f"--steps must be at least 2 (the two ends), got {args.steps}")
-    config, corpus, model = _load(args.run_dir)
+    config, corpus, model = _load_sentence_model(args.run_dir)
     mode = _mode(config, args.mode)
     start = _encode_sentence(corpus, args.start, args.run_dir)
     end = _encode_sentence(corpus, args.end, args.run_dir)
@@ -160,7 +168,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         raise InfolmError(f"--std must be positive, got {args.std}")
     if args.max_length < 1:
         raise InfolmError(f"--max-length must be positive, got {args.max_length}")
-    _, corpus, model = _load(args.run_dir)
+    _, corpus, model = _load_sentence_model(args.run_dir)
     out = sample_sentences(model, args.count, args.std, not args.sampled, args.max_length, _generator(args.seed))
     _emit([_words(corpus, s) for s in out], "samples", args.json)
     return 0
