@@ -175,7 +175,11 @@ def test_evaluate_mc_dropout_tunes_rate_scale_and_temperature(run_dir):
     result = run_cli("evaluate", str(run_dir), "--mc-dropout", "2", "--mc-tune-tokens", "300", "--json")
     assert result.returncode == 0, result.stderr
     mc = json.loads(result.stdout)["mc_dropout"]
-    assert mc["rate_scale"] in (0.6, 0.8, 1.0) and mc["temperature"] in (0.9, 0.95, 1.0, 1.05, 1.1)
+    from infolm.evaluation.mc_dropout import MCDropoutGrid
+
+    grid = MCDropoutGrid()
+    assert mc["rate_scale"] in grid.rate_scales and mc["temperature"] in grid.temperatures
+    assert grid.rate_scales == (0.2, 0.4, 0.6, 0.8, 1.0)
     assert mc["tuned_on_valid_tokens"] == 300
 
 

@@ -625,16 +625,19 @@ def test_smim_table_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys)
     module = experiment("smim_ptb_table2")
     records = tmp_path / "records"
     bounds = {"nll": 160.0, "ppl": 1300.0, "rate": 70.0, "mutual_information": 69.0, "active_units": 16}
+    bounds["nll_words"] = 158.0  # the same draws with <eos> left out
     report = {
         "bounds": bounds,
         "reconstruction": {"bleu1": 0.34, "bleu1_authors": 0.37},
         "latent_entropy": {"entropy": 4.1},
-        "melbo": {"nll": 101.0},
-        "widened": {"-4": {"nll": 123.0}},
+        "melbo": {"nll": 101.0, "nll_words": 100.5},
+        "widened": {"-4": {"nll": 123.0, "nll_words": 121.0}},
     }
+    # 10 sentences of 21 tokens, <eos> included: 200 words at 0.5 nats each are 10 nats per sentence
+    lm = {"sentence_nll": 107.0, "ppl": 132.0, "nll_without_eos": 0.5, "tokens": 210, "sentences": 10}
     for name, file, payload in (
         ("smim-s0", "report-test-iwae500-all.json", report),
-        ("sentence-lstm-s0", "report-test-all.json", {"values": {"sentence_nll": 107.0, "ppl": 132.0}}),
+        ("sentence-lstm-s0", "report-test-all.json", {"values": lm}),
     ):
         run = records / name
         run.mkdir(parents=True)
@@ -647,8 +650,9 @@ def test_smim_table_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys)
     module.main()
     rows = capsys.readouterr().out.splitlines()
     smim = next(row for row in rows if row.startswith("| sMIM (A-MIM) |"))
-    assert "| 1 | 160.00 | 123.00 | 1300.00 |" in smim and "| 0.340 | 0.370 |" in smim
-    assert any(row.startswith("| sentence LSTM LM | 1 | 107.00 | 107.00 | 132.00 |") for row in rows)
+    assert "| 1 | 160.00 | 123.00 | 121.00 | 1300.00 |" in smim and "| 0.340 | 0.370 |" in smim
+    assert "| 101.00 | 100.50 |" in smim
+    assert any(row.startswith("| sentence LSTM LM | 1 | 107.00 | 107.00 | 10.00 | 132.00 |") for row in rows)
     monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000"])
     with pytest.raises(SystemExit, match="smim-s0 is a record without report-test-iwae500-1000.json"):
         module.main()

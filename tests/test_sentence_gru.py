@@ -166,3 +166,58 @@ def test_embedding_dropout_reaches_the_decoder_only_unless_the_encoder_is_given_
         assert torch.equal(first, second) == same
         z = torch.zeros(1, 2, 3)
         assert not torch.equal(model.log_likelihood(tokens, lengths, z), model.log_likelihood(tokens, lengths, z))
+
+
+def test_the_eos_term_is_the_last_tokens_own_and_the_words_bound_leaves_it_out() -> None:
+    from infolm.evaluation.melbo import evaluate_melbo
+    from infolm.latent.base import draw
+    from infolm.latent.estimators import iwae_bound
+    from infolm.latent.evaluation import evaluate_latent, latent_bounds
+
+    model = tiny()
+    tokens, lengths = batch()
+    z = torch.randn(4, 3, 3)
+    with torch.no_grad():
+        whole, end = model.log_likelihood_terms(tokens, lengths, z)
+    assert end is not None
+    torch.testing.assert_close(whole, model.log_likelihood(tokens, lengths, z))
+    for b, length in enumerate(lengths.tolist()):  # Eq. 1 by hand: the whole sentence minus its words
+        words = by_hand(model, tokens[b, : length - 1].tolist(), z[1, b])
+        assert math.isclose(
+            float(end[1, b]), by_hand(model, tokens[b, :length].tolist(), z[1, b]) - words, rel_tol=1e-5
+        )
+    torch.manual_seed(3)
+    bounds = latent_bounds(model, tokens, lengths, samples=7)
+    torch.manual_seed(3)
+    draws = draw(model, tokens, lengths, samples=7)
+    assert draws.log_likelihood_end is not None and bounds.words_bound is not None
+    torch.testing.assert_close(
+        bounds.words_bound, iwae_bound(draws.log_likelihood - draws.log_likelihood_end, draws.log_ratio)
+    )
+    torch.testing.assert_close(bounds.log_likelihood_bound, iwae_bound(draws.log_likelihood, draws.log_ratio))
+    assert bool((bounds.words_bound > bounds.log_likelihood_bound).all())  # ln p(<eos>|...) < 0 in every draw
+    metrics = evaluate_latent(model, [(tokens, lengths)], samples=7)
+    assert metrics.nll_words is not None and metrics.nll_words < metrics.nll
+    torch.manual_seed(5)
+    melbo = evaluate_melbo(model, [(tokens, lengths)], samples=2)
+    assert melbo.nll_words is not None and melbo.nll_words < melbo.nll
+    # with a length prior the words and p(T) are scored, no <eos>: nothing to leave out
+    prior = tiny(length_prior=True, max_length=8)
+    prior.fit_length_prior(torch.tensor([1, 3, 5]))
+    assert prior.log_likelihood_terms(tokens, lengths, z)[1] is None
+    assert evaluate_latent(prior, [(tokens, lengths)], samples=3).nll_words is None
+
+
+def test_the_thesis_sentence_model_splits_off_its_last_token_the_same_way() -> None:
+    from infolm.models import MODELS
+
+    torch.manual_seed(0)
+    settings = {"embedding": 8, "hidden": 8, "latent_size": 4, "latent_embedding": 8}
+    model = MODELS.build("latent-sentence-lstm", settings, vocab_size=12).eval()
+    tokens, lengths = batch()
+    z = torch.randn(3, 3, 4)
+    with torch.no_grad():
+        whole, end = model.log_likelihood_terms(tokens, lengths, z)
+        words = model.log_likelihood(tokens, lengths - 1, z)  # the decoder's inputs do not depend on lengths
+    assert end is not None
+    torch.testing.assert_close(whole - end, words, rtol=1e-5, atol=1e-5)

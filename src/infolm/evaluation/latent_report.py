@@ -5,7 +5,8 @@ validation), per sentence and per token, its perplexity, the ELBO, the rate KL(q
 the distortion, an MI estimate (Û^K - Ŝ^K averaged over sentences) and the active units
 (Var_x E_q[z_u] > 0.01), from ``infolm.latent.evaluation``. Tokens are every scored position:
 the words and the ``<eos>`` that ends each sentence (``per_word`` divides the same NLL by the words
-alone, the convention of the paper's tables, which remove ``<eos>``).
+alone). ``nll_words`` is the IWAE-K bound from the same draws with each sentence's ``<eos>`` term left
+out (``*_words_per_word``: per word): the paper removes ``<eos>`` when it evaluates (Sec. 4.3).
 ``reconstruction``: BLEU-1 of greedy reconstructions (``evaluation/bleu.py``).
 ``latent_entropy``: Kraskov kNN entropy of one code per sentence against N(0, I)'s (skipped above
 300 dimensions). ``melbo``: Eq. 16, only on request, apart, with its caveat (``evaluation/melbo.py``).
@@ -56,7 +57,10 @@ def widened_proposal_bound(
     finally:
         model.config.min_log_var = own
         model.train(was_training)
-    return {"floor": max(own, floor), "nll": metrics.nll, "ppl": metrics.ppl, "rate": metrics.rate}
+    result = {"floor": max(own, floor), "nll": metrics.nll, "ppl": metrics.ppl, "rate": metrics.rate}
+    if metrics.nll_words is not None:
+        result["nll_words"] = metrics.nll_words  # the same bound with <eos> left out (Sec. 4.3)
+    return result
 
 
 def latent_report(
@@ -103,6 +107,9 @@ def latent_report(
         nll, ppl = ("reconstruction_nll", "reconstruction_ppl") if deterministic else ("nll", "ppl")
         bounds[f"{nll}_per_word"] = bounds[nll] * bounds["examples"] / max(words, 1)
         bounds[f"{ppl}_per_word"] = math.exp(min(bounds[f"{nll}_per_word"], 700.0))
+        if bounds.get("nll_words") is not None:  # the words alone, <eos> left out (Sec. 4.3)
+            bounds["nll_words_per_word"] = bounds["nll_words"] * bounds["examples"] / max(words, 1)
+            bounds["ppl_words_per_word"] = math.exp(min(bounds["nll_words_per_word"], 700.0))
         report: dict[str, Any] = {"split": split, "bounds": bounds}
         bare = [s[:-1].tolist() if int(s[-1]) == eos else s.tolist() for s in sentences]  # words, no <eos>
         if not hasattr(model, "eos_id"):  # a model of single symbols (the thesis's synthetic task)

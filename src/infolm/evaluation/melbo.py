@@ -38,6 +38,7 @@ class MelboResult:
     tokens: int  # tokens scored per sentence, summed (the decoder's targets)
     samples: int  # N_z draws per sentence
     caveat: str = CAVEAT
+    nll_words: float | None = None  # the same with each sentence's <eos> term left out (the paper's Sec. 4.3)
 
 
 def melbo_nll(mean_log_likelihood: Tensor) -> float:
@@ -53,16 +54,21 @@ def evaluate_melbo(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tenso
         raise ValueError(f"samples must be at least 1, got {samples}")
     was_training = model.training
     model.eval()
-    means, tokens = [], 0
+    means, end_means, tokens = [], [], 0
     try:
         for batch_tokens, lengths in batches:
             z = model.posterior(batch_tokens, lengths).sample((samples,))  # type: ignore[operator]  # (N_z, B, D)
-            means.append(model.log_likelihood(batch_tokens, lengths, z).mean(0))  # type: ignore[operator]
+            whole, end = model.log_likelihood_terms(batch_tokens, lengths, z)  # type: ignore[operator]
+            means.append(whole.mean(0))
+            end_means.append(None if end is None else end.mean(0))
             tokens += int(lengths.sum())
     finally:
         model.train(was_training)
     per_sentence = torch.cat(means)
     nll = melbo_nll(per_sentence)
+    words = None
+    if all(e is not None for e in end_means):
+        words = melbo_nll(per_sentence - torch.cat(end_means))  # type: ignore[arg-type]
     n = per_sentence.numel()
     return MelboResult(
         nll=nll,
@@ -72,4 +78,5 @@ def evaluate_melbo(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tenso
         sentences=n,
         tokens=tokens,
         samples=samples,
+        nll_words=words,
     )

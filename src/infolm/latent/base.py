@@ -46,6 +46,12 @@ class LatentVariableModel(nn.Module):
         """ln p(x|z) for every draw: z (K, B, *event) -> (K, B), in one batched pass."""
         raise NotImplementedError
 
+    def log_likelihood_terms(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> tuple[Tensor, Tensor | None]:
+        """ln p(x|z) (K, B) and, for a model whose examples end in a scored end-of-sentence token, that
+        token's own term (K, B) from the same pass (None otherwise): evaluation subtracts it to report the
+        NLL of the words alone, the convention of papers that remove ``<eos>`` when they evaluate."""
+        return self.log_likelihood(tokens, lengths, z), None
+
     def scored_tokens(self, lengths: Tensor) -> Tensor:
         """Tokens ln p(x|z) scores per example (per-token metrics divide by their sum): ``lengths``."""
         return lengths
@@ -60,6 +66,7 @@ class LatentDraws:
     log_prior: Tensor  # ln p(z), (K, B)
     log_posterior: Tensor  # ln q(z|x), (K, B)
     kl: Tensor | None  # analytic KL(q(z|x) || p(z)), (B,), where torch.distributions has it
+    log_likelihood_end: Tensor | None = None  # the end-of-sentence token's term of h, (K, B), where scored
 
     @property
     def log_ratio(self) -> Tensor:
@@ -95,5 +102,8 @@ def draw(
     p = model.prior()
     z = q.sample((samples,))  # (K, B, *event)
     step = chunk if chunk > 0 else samples
-    h = torch.cat([model.log_likelihood(tokens, lengths, z[i : i + step]) for i in range(0, samples, step)])
-    return LatentDraws(z, h, p.log_prob(z), q.log_prob(z), analytic_kl(q, p))
+    parts = [model.log_likelihood_terms(tokens, lengths, z[i : i + step]) for i in range(0, samples, step)]
+    h = torch.cat([whole for whole, _ in parts])
+    ends = [end for _, end in parts if end is not None]
+    end = torch.cat(ends) if len(ends) == len(parts) else None
+    return LatentDraws(z, h, p.log_prob(z), q.log_prob(z), analytic_kl(q, p), end)

@@ -32,6 +32,9 @@ class LatentBounds:
     mutual_information: Tensor  # Û^K - Ŝ^K (Eq. 5.12): averaged over data, the MI estimate of Sec. 5.7.1
     posterior_mean: Tensor  # E_q[z] flattened, for active units
     amim: Tensor  # the A-MIM loss of SentenceMIM Alg. 1 line 3, K-draw average (its validation loss)
+    # the IWAE-K bound with each sentence's <eos> term left out of every draw's ln p(x|z) (the same draws):
+    # the NLL of the words alone, as SentenceMIM Sec. 4.3 evaluates; None for a model without that term
+    words_bound: Tensor | None = None
 
 
 @torch.no_grad()
@@ -54,6 +57,7 @@ def latent_bounds(
         mutual_information=kl_estimate(h, r),
         posterior_mean=posterior_mean(q),
         amim=amim_loss(h, draws.log_posterior, draws.log_prior),
+        words_bound=None if draws.log_likelihood_end is None else iwae_bound(h - draws.log_likelihood_end, r),
     )
 
 
@@ -77,6 +81,7 @@ class LatentMetrics:
     examples: int
     tokens: int
     samples: int
+    nll_words: float | None = None  # -Ŝ^K per example with <eos> left out (SentenceMIM Sec. 4.3's convention)
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in dataclasses.asdict(self).items()}
@@ -96,6 +101,8 @@ class LatentAccumulator:
     def add(self, bounds: LatentBounds, tokens: int) -> None:
         for name in ("log_likelihood_bound", "elbo", "rate", "distortion", "mutual_information", "amim"):
             self.sums[name] = self.sums.get(name, 0.0) + float(getattr(bounds, name).double().sum())
+        if bounds.words_bound is not None:  # every batch of a model has it, or none
+            self.sums["words_bound"] = self.sums.get("words_bound", 0.0) + float(bounds.words_bound.double().sum())
         mean = bounds.posterior_mean.double()
         self.mean_sum = mean.sum(0) if self.mean_sum is None else self.mean_sum + mean.sum(0)
         squares = (mean * mean).sum(0)
@@ -126,6 +133,7 @@ class LatentAccumulator:
             examples=n,
             tokens=self.tokens,
             samples=self.samples,
+            nll_words=-self.sums["words_bound"] / n if "words_bound" in self.sums else None,
         )
 
 

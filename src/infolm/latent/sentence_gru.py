@@ -147,7 +147,12 @@ class SentenceGRU(LatentVariableModel):
         return self._logits(out), state
 
     def log_likelihood(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> Tensor:
-        """ln p(x|z) for z (K, B, D) -> (K, B): Eq. 1 (with ``<eos>``), or Eq. 2 with ``length_prior``.
+        """ln p(x|z) for z (K, B, D) -> (K, B): Eq. 1 (with ``<eos>``), or Eq. 2 with ``length_prior``."""
+        return self.log_likelihood_terms(tokens, lengths, z)[0]
+
+    def log_likelihood_terms(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> tuple[Tensor, Tensor | None]:
+        """ln p(x|z) (K, B) and the term of each sentence's ``<eos>`` (K, B) (None with ``length_prior``,
+        which scores the words and p(T) instead): Sec. 4.3 removes ``<eos>`` when it evaluates.
 
         The K samples are folded into the batch: one decoder pass over K * B rows; the softmax
         scores the real positions only, in blocks (``latent/softmax.py``)."""
@@ -166,7 +171,9 @@ class SentenceGRU(LatentVariableModel):
         lp = per_token.sum(1).view(k, b)
         if self.config.length_prior:
             lp = lp + self.log_length_prior[scored.clamp(max=self.config.max_length)]  # + ln p(T), Eq. 2
-        return lp
+            return lp, None
+        last = (lengths - 1).clamp(min=0).repeat(k).unsqueeze(1)  # (K*B, 1): the <eos> of each row
+        return lp, per_token.gather(1, last).view(k, b)
 
     def scored_tokens(self, lengths: Tensor) -> Tensor:
         """Positions ln p(x|z) scores per sentence: words and ``<eos>``, or the words alone with p(T)."""

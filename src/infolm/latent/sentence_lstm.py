@@ -111,6 +111,10 @@ class SentenceLSTMModel(LatentVariableModel):
         return self.latent.prior()
 
     def log_likelihood(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> Tensor:
+        return self.log_likelihood_terms(tokens, lengths, z)[0]
+
+    def log_likelihood_terms(self, tokens: Tensor, lengths: Tensor, z: Tensor) -> tuple[Tensor, Tensor | None]:
+        """ln p(x|z) (K, B) and the term of each sentence's last token, its ``<eos>`` (K, B)."""
         K, (B, T) = z.size(0), tokens.shape
         previous = self.decoder_embedding(tokens[:, :-1])  # (B, T-1, E)
         inputs = torch.cat([self.start.expand(B, 1, -1), previous], 1)  # (B, T, E)
@@ -127,7 +131,8 @@ class SentenceLSTMModel(LatentVariableModel):
         where = real.unsqueeze(0).expand(K, B, T)  # only real positions are scored
         scores = token_log_likelihood(outputs[where], self.softmax, tokens.expand(K, B, T)[where])  # (N,)
         per_token = outputs.new_zeros(K, B, T).masked_scatter(where, scores)
-        return per_token.sum(-1)  # (K, B)
+        last = (lengths.to(tokens.device) - 1).clamp(min=0).view(1, B, 1).expand(K, B, 1)
+        return per_token.sum(-1), per_token.gather(2, last)[..., 0]  # (K, B) each
 
     def decode(self, inputs: Tensor, state_mask: Tensor | None = None) -> Tensor:
         """Decoder outputs (N, T, H) on inputs (N, T, I) from a zero state. Without ``state_mask`` the fused
