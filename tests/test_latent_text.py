@@ -128,5 +128,19 @@ def test_a_widened_proposal_bounds_the_same_model_and_leaves_it_as_it_was() -> N
     assert wider["floor"] == 1.0 and wider["nll"] != usual.nll and math.isfinite(wider["nll"])
     assert widened_proposal_bound(model, sentences, own - 5, EOS, samples=5, seed=3)["floor"] == own
     assert model.config.min_log_var == own
+    # the floor binds iff some posterior log-variance lies below it
+    from infolm.evaluation.latent_report import proposal_floor_binds
+
+    with torch.no_grad():
+        batch = next(iter(sentence_batches(sentences, len(sentences), pad_id=EOS)))
+        log_var = model.posterior(*batch).variance.log()
+    assert not proposal_floor_binds(model, sentences, own, EOS, batch_size=2)
+    below = float(log_var.min()) - 0.01
+    assert not proposal_floor_binds(model, sentences, below, EOS, batch_size=2)
+    # a floor that binds nowhere leaves q as it is: the same bound, draw for draw
+    unbound = widened_proposal_bound(model, sentences, below, EOS, samples=50, chunk=10, batch_size=2, seed=3)
+    assert unbound["floor"] == below and unbound["nll"] == usual.nll
+    assert proposal_floor_binds(model, sentences, float(log_var.min()) + 0.01, EOS, batch_size=2)
+    assert proposal_floor_binds(model, sentences, 1.0, EOS, batch_size=2)
     with pytest.raises(InfolmError, match="no log-variance floor"):
         widened_proposal_bound(torch.nn.Linear(2, 2), sentences, 0.0, EOS)

@@ -63,6 +63,23 @@ def widened_proposal_bound(
     return result
 
 
+@torch.no_grad()
+def proposal_floor_binds(model: Any, sentences: list[Any], floor: float, eos_id: int, batch_size: int = 20) -> bool:
+    """Whether raising the posterior log-variance floor to ``floor`` changes q(z|x) of any of ``sentences``.
+    If it binds on none, the widened proposal is q itself and :func:`widened_proposal_bound` is the
+    model's usual IWAE bound (the same estimator; with the same seed and batches, the same number)."""
+    was_training = model.training
+    model.eval()
+    try:
+        for tokens, lengths in sentence_batches(sentences, batch_size, pad_id=eos_id):
+            # a log-variance within rounding of the floor counts as binding: the full bound is then computed
+            if bool((model.posterior(tokens, lengths).variance.log() < floor + 1e-6).any()):
+                return True
+    finally:
+        model.train(was_training)
+    return False
+
+
 def latent_report(
     model: Any,
     corpus: Any,
