@@ -95,7 +95,8 @@ def latent_run_report(run: Path, samples: int, sentences: int, floors: list[floa
                 # bound is the report's own (the same estimator; the same number, as the draws and batches
                 # are the report's), not computed a second time
                 own = report["bounds"]
-                bound = {"floor": floor, "nll": own["nll"], "ppl": own["ppl"], "rate": own["rate"], "binds": False}
+                bound = {"nll": own["nll"], "ppl": own["ppl"], "rate": own["rate"], "binds": False}
+                bound["floor"] = max(model.config.min_log_var, floor)  # as widened_proposal_bound: never below q's
                 if own.get("nll_words") is not None:
                     bound["nll_words"] = own["nll_words"]
             else:
