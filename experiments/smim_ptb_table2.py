@@ -86,7 +86,11 @@ def latent_run_report(run: Path, samples: int, sentences: int, floors: list[floa
     widened = report.setdefault("widened", {})
     missing = [floor for floor in floors or [] if f"{floor:g}" not in widened]
     if missing and not deterministic:
-        from infolm.evaluation.latent_report import proposal_floor_binds, widened_proposal_bound
+        from infolm.evaluation.latent_report import (
+            proposal_floor_binds,
+            widened_floor,
+            widened_proposal_bound,
+        )
 
         scored = list(corpus.sentences("test"))[: sentences or None]
         for floor in missing:
@@ -96,7 +100,7 @@ def latent_run_report(run: Path, samples: int, sentences: int, floors: list[floa
                 # are the report's), not computed a second time
                 own = report["bounds"]
                 bound = {"nll": own["nll"], "ppl": own["ppl"], "rate": own["rate"], "binds": False}
-                bound["floor"] = max(model.config.min_log_var, floor)  # as widened_proposal_bound: never below q's
+                bound["floor"] = widened_floor(model, floor)  # as widened_proposal_bound: never below q's
                 if own.get("nll_words") is not None:
                     bound["nll_words"] = own["nll_words"]
             else:

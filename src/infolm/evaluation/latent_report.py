@@ -45,25 +45,31 @@ def widened_proposal_bound(
     floor is restored afterwards. Returns NLL and perplexity as ``evaluate_latent`` reports them."""
     from infolm.latent.evaluation import evaluate_latent
 
-    if not hasattr(getattr(model, "config", None), "min_log_var"):
-        raise InfolmError(f"{type(model).__name__} has no log-variance floor to widen its proposal by")
+    widened = widened_floor(model, floor)
     own = model.config.min_log_var
     was_training = model.training
     model.eval()
     try:
-        model.config.min_log_var = max(own, floor)  # never narrower than the model's own
+        model.config.min_log_var = widened
         torch.manual_seed(seed)
         metrics = evaluate_latent(model, sentence_batches(sentences, batch_size, pad_id=eos_id), samples, chunk)
     finally:
         model.config.min_log_var = own
         model.train(was_training)
-    result = {"floor": max(own, floor), "nll": metrics.nll, "ppl": metrics.ppl, "rate": metrics.rate}
+    result = {"floor": widened, "nll": metrics.nll, "ppl": metrics.ppl, "rate": metrics.rate}
     if metrics.nll_words is not None:
         result["nll_words"] = metrics.nll_words  # the same bound with <eos> left out (Sec. 4.3)
     return result
 
 
 @torch.no_grad()
+def widened_floor(model: Any, floor: float) -> float:
+    """The log-variance floor a proposal widened to ``floor`` has: never narrower than the model's own."""
+    if not hasattr(getattr(model, "config", None), "min_log_var"):
+        raise InfolmError(f"{type(model).__name__} has no log-variance floor to widen its proposal by")
+    return max(float(model.config.min_log_var), floor)
+
+
 def proposal_floor_binds(model: Any, sentences: list[Any], floor: float, eos_id: int, batch_size: int = 20) -> bool:
     """Whether raising the posterior log-variance floor to ``floor`` changes q(z|x) of any of ``sentences``.
     If it binds on none, the widened proposal is q itself and :func:`widened_proposal_bound` is the
