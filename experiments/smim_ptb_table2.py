@@ -86,11 +86,7 @@ def latent_run_report(run: Path, samples: int, sentences: int, floors: list[floa
     widened = report.setdefault("widened", {})
     missing = [floor for floor in floors or [] if f"{floor:g}" not in widened]
     if missing and not deterministic:
-        from infolm.evaluation.latent_report import (
-            proposal_floor_binds,
-            widened_floor,
-            widened_proposal_bound,
-        )
+        from infolm.evaluation.latent_report import proposal_floor_binds, widened_floor, widened_proposal_bound
 
         scored = list(corpus.sentences("test"))[: sentences or None]
         for floor in missing:
@@ -99,8 +95,13 @@ def latent_run_report(run: Path, samples: int, sentences: int, floors: list[floa
                 # bound is the report's own (the same estimator; the same number, as the draws and batches
                 # are the report's), not computed a second time
                 own = report["bounds"]
-                bound = {"nll": own["nll"], "ppl": own["ppl"], "rate": own["rate"], "binds": False}
-                bound["floor"] = widened_floor(model, floor)  # as widened_proposal_bound: never below q's
+                bound = {  # the floor as widened_proposal_bound records it: never below q's own
+                    "floor": widened_floor(model, floor),
+                    "nll": own["nll"],
+                    "ppl": own["ppl"],
+                    "rate": own["rate"],
+                    "binds": False,
+                }
                 if own.get("nll_words") is not None:
                     bound["nll_words"] = own["nll_words"]
             else:

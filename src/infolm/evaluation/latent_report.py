@@ -62,7 +62,6 @@ def widened_proposal_bound(
     return result
 
 
-@torch.no_grad()
 def widened_floor(model: Any, floor: float) -> float:
     """The log-variance floor a proposal widened to ``floor`` has: never narrower than the model's own."""
     if not hasattr(getattr(model, "config", None), "min_log_var"):
@@ -70,6 +69,7 @@ def widened_floor(model: Any, floor: float) -> float:
     return max(float(model.config.min_log_var), floor)
 
 
+@torch.no_grad()
 def proposal_floor_binds(model: Any, sentences: list[Any], floor: float, eos_id: int, batch_size: int = 20) -> bool:
     """Whether raising the posterior log-variance floor to ``floor`` changes q(z|x) of any of ``sentences``.
     If it binds on none, the widened proposal is q itself and :func:`widened_proposal_bound` is the
