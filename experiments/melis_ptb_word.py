@@ -511,7 +511,7 @@ def converged_plot(path: Path) -> None:
     axis.set_ylabel("validation perplexity")
     axis.set_yscale("log")
     axis.legend()
-    axis.set_title("PTB, Melis model ~1.59M parameters, to early stopping or 40 epochs")
+    axis.set_title("PTB, Melis models of ~1.59M parameters,\nto early stopping or 40 epochs")
     save_figure(fig, path)
 
 
