@@ -35,7 +35,7 @@ RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records" / "smi
 LATENT = {
     "smim": "sMIM (A-MIM)",
     "svae": "sVAE (ELBO)",
-    "svae-kl": "sVAE + kl (logistic annealing)",
+    "svae-kl": "sVAE + kl (linear annealing over 10k steps)",
     "ae": "AE",
     "smim-z128": "sMIM, latent 128",
     "ae-z128": "AE, latent 128",
