@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The comparisons at convergence of docs/results.md, on a 2-core CPU, as two lanes of one thread each:
+#
+#   nohup bash scripts/reproduce_converged.sh a > runs/lane-a.log 2>&1 &
+#   nohup bash scripts/reproduce_converged.sh b > runs/lane-b.log 2>&1 &
+#
+# Lane a: the Melis thesis comparison (experiments/melis_ptb_word.py converged: LSTM and Mogrifier of
+# seeds 0-2, then the tail-averaging LSTM of seeds 0-2; each run trained, tested, its extras run and
+# archived), then seeds 1 and 2 of the IMM Table 2 protocol. Lane b: SentenceMIM Table 2 at the CPU scale
+# seed by seed (the sentence LM, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is scored
+# and what ended is archived), then seed 0 of the IMM Table 2 protocol.
+#
+# Every step resumes a stopped run from its last checkpoint and skips what ended or is a record
+# (experiments/records/), so the same two commands continue the work after any stop, on this machine or on
+# a new one (a new one starts the unfinished runs again). A step that fails is reported on stderr and the
+# lane goes on with the next.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+lane=${1:-}
+if [[ $lane != a && $lane != b ]]; then
+  echo "usage: bash scripts/reproduce_converged.sh a|b (the lane: a = Melis, then IMM seeds 1-2; b = SentenceMIM, then IMM seed 0)" >&2
+  exit 2
+fi
+[[ -x .venv/bin/python ]] || bash scripts/setup.sh dev
+. .venv/bin/activate
+export OMP_NUM_THREADS=1
+mkdir -p runs
+
+step() {  # one step of the lane: its command, its start and end on stderr; a failure does not stop the lane
+  echo "[$(date -u +%FT%TZ)] start: $*" >&2
+  "$@"
+  local rc=$?
+  echo "[$(date -u +%FT%TZ)] end (rc $rc): $*" >&2
+  return 0
+}
+
+imm() {  # the IMM Table 2 protocol for the seeds given: baseline to early stopping, then the continuations
+  step python experiments/imm_ptb_table2_converged.py train --out runs/imm-ptb-table2-converged --seeds "$@" \
+    --arms none noising imm-positions-8 imm-released-positions-8 none-halve-reload --jobs 1
+  step python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
+}
+
+if [[ $lane == a ]]; then
+  for seed in 0 1 2; do
+    step python experiments/melis_ptb_word.py converged --arms lstm mogrifier --seeds "$seed"
+  done
+  for seed in 0 1 2; do
+    step python experiments/melis_ptb_word.py converged --arms lstm-tail --seeds "$seed"
+  done
+  imm 1 2
+else
+  for seed in 0 1 2; do
+    for arm in sentence-lstm smim svae ae svae-kl; do
+      OUT=runs/smim-ptb-cpu ARMS=$arm step bash experiments/smim_ptb_cpu.sh "$seed"
+      step python experiments/smim_ptb_table2.py --runs runs/smim-ptb-cpu --seeds "$seed" --samples 500 \
+        --sentences 0 --proposal-floors -4 --archive
+    done
+  done
+  imm 0
+fi
+echo "[$(date -u +%FT%TZ)] lane $lane: every step has run" >&2
