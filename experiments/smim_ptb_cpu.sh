@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SentenceMIM Table 2 / 7 at a CPU scale, trained to convergence: sMIM, sVAE, sVAE + KL annealing,
-# AE and a sentence LSTM LM on PTB (configs/ptb/{smim,svae,ae,sentence-lstm}-cpu.yaml), one after the
+# AE, a sentence LSTM LM and a sentence GRU LM (sMIM's decoder without z) on PTB
+# (configs/ptb/{smim,svae,ae,sentence-lstm,gru-lm}-cpu.yaml), one after the
 # other, for the seeds given (default: 0). A stopped run resumes when the script is run again; a
 # finished one is skipped. Then
 #   python experiments/smim_ptb_table2.py --seeds 0
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${*:-0}
-arms=${ARMS:-smim svae svae-kl ae sentence-lstm}
+arms=${ARMS:-smim svae svae-kl ae sentence-lstm gru-lm}
 out=${OUT:-runs/smim-ptb-cpu}
 mkdir -p "$out"
 for seed in $seeds; do

@@ -42,6 +42,10 @@ LATENT = {
     "smim-z512": "sMIM, latent 512",
     "ae-z512": "AE, latent 512",
 }
+LMS = {  # sentence LMs, scored exactly by their task
+    "sentence-lstm": "sentence LSTM LM",
+    "gru-lm": "sentence GRU LM (sMIM's decoder without z)",
+}
 PAPER = {  # Table 2 (PTB, latent 16), Table 6 (entropy, 16D) and Table 7 (BLEU-1, 16D)
     "smim": {"nll": "≤ 98.35 (MELBO)", "kl": "–", "bleu": "0.35", "entropy": "11.54"},
     "svae": {"nll": "≤ 106.84 (ELBO)", "kl": "1.6", "bleu": "0.124", "entropy": "–"},
@@ -49,6 +53,7 @@ PAPER = {  # Table 2 (PTB, latent 16), Table 6 (entropy, 16D) and Table 7 (BLEU-
     "svae-kl": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
     "ae": {"nll": "–", "kl": "–", "bleu": "0.348", "entropy": "35.95"},
     "sentence-lstm": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
+    "gru-lm": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
     # Table 2 (MELBO NLL), Table 7 (BLEU-1) and Table 6 (entropy, 128D only) at latent 128 and 512
     "smim-z128": {"nll": "≤ 75.58 (MELBO)", "kl": "–", "bleu": "0.61", "entropy": "53.73"},
     "ae-z128": {"nll": "–", "kl": "–", "bleu": "0.589", "entropy": "259.34"},
@@ -211,7 +216,7 @@ def main() -> None:
             except InfolmError as failure:
                 raise SystemExit(str(failure)) from None
 
-    for name, label in [*LATENT.items(), ("sentence-lstm", "sentence LSTM LM")]:
+    for name, label in [*LATENT.items(), *LMS.items()]:
         runs = [found for seed in seeds if (found := locate(root, records, f"{name}-s{seed}")) is not None]
         runs = [run for run in runs if finished(run)]
         if not runs:
@@ -232,7 +237,7 @@ def main() -> None:
         )
         cols: dict[str, list[float]] = {k: [] for k in keys}
         for run in runs:
-            if name == "sentence-lstm":
+            if name in LMS:
                 values = lm_run_report(run, args.sentences)["values"]
                 keep(run)
                 cols["nll"].append(values["sentence_nll"])

@@ -7,8 +7,8 @@
 # Lane a: the Melis thesis comparison (experiments/melis_ptb_word.py converged: LSTM and Mogrifier of
 # seeds 0-2, then the tail-averaging LSTM of seeds 0-2; each run trained, tested, its extras run and
 # archived), then seeds 1 and 2 of the IMM Table 2 protocol. Lane b: SentenceMIM Table 2 at the CPU scale
-# seed by seed (the sentence LM, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is scored
-# and what ended is archived), then seed 0 of the IMM Table 2 protocol.
+# seed by seed (the LSTM and GRU sentence LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the
+# seed is scored and what ended is archived), then seed 0 of the IMM Table 2 protocol.
 #
 # Every step resumes a stopped run from its last checkpoint and skips what ended or is a record
 # (experiments/records/), so the same two commands continue the work after any stop, on this machine or on
@@ -50,7 +50,7 @@ if [[ $lane == a ]]; then
   imm 1 2
 else
   for seed in 0 1 2; do
-    for arm in sentence-lstm smim svae ae svae-kl; do
+    for arm in sentence-lstm gru-lm smim svae ae svae-kl; do
       OUT=runs/smim-ptb-cpu ARMS=$arm step bash experiments/smim_ptb_cpu.sh "$seed"
       step python experiments/smim_ptb_table2.py --runs runs/smim-ptb-cpu --seeds "$seed" --samples 500 \
         --sentences 0 --proposal-floors -4 --archive

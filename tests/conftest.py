@@ -88,6 +88,7 @@ def tiny_model(name: str, vocab_size: int, **overrides):
 
     settings = {
         "lstm": {"emb": 16, "hidden": 16, "layers": 2, "dropout": 0.2, "dropout_hidden": 0.1},
+        "gru": {"emb": 12, "hidden": 16, "layers": 2, "dropout": 0.2, "dropout_hidden": 0.1},
         "transformer": {"dim": 16, "layers": 2, "heads": 2, "max_len": 64},
         "melis": {
             "hidden": 16,

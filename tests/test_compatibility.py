@@ -26,6 +26,7 @@ TASK_SETTINGS = {
 }
 MODEL_SETTINGS = {
     "lstm": {"emb": 16, "hidden": 16, "layers": 2, "dropout": 0.2},
+    "gru": {"emb": 16, "hidden": 16, "layers": 2, "dropout": 0.2},
     "transformer": {"dim": 16, "layers": 1, "heads": 2, "max_len": 32},
     "melis": {"hidden": 16, "layers": 1, "rounds": 2, "rank": 4, "dropout_input": 0.1},
     "awd-lstm-mos": {"emb": 16, "hidden": 16, "last_hidden": 16, "layers": 2, "n_experts": 2},
