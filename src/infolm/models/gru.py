@@ -75,17 +75,3 @@ class GRULM(LanguageModel):
             hiddens.append(x)
         logits = self.decoder(x)  # (B, T, V)
         return LMOutput(logits=logits, hiddens=hiddens, state=new_state, raw_hiddens=raw_hiddens)
-
-    def state_after(self, tokens: Tensor, state: State = None) -> State:
-        """The state after ``tokens`` without the softmax layer (equals ``self(tokens, state).state``)."""
-        if state is None:
-            state = self.init_state(tokens.size(0), tokens.device)
-        config = self.config
-        x = sequence_dropout(self.embedding(tokens), config.dropout_input, self.training, config.locked_dropout)
-        new_state = []
-        for layer, rnn in enumerate(self.rnns):
-            x, layer_state = rnn(x, state[layer])
-            new_state.append(layer_state)
-            if layer < len(self.rnns) - 1:
-                x = sequence_dropout(x, config.dropout_hidden, self.training, config.locked_dropout)
-        return new_state
