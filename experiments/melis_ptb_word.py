@@ -487,17 +487,20 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def converged_plot(path: Path) -> None:
-    """Validation perplexity by epoch of every converged run (2TA runs: the raw weights dotted)."""
+def converged_plot(path: Path, done: dict[str, dict[str, Any]]) -> None:
+    """Validation perplexity by epoch of every converged run whose training ended (``done`` holds its
+    step; a run still training is left out of the figure as of the table); 2TA runs: the raw weights dotted."""
     from infolm.evaluation.plots import new_figure, save_figure
 
     fig, (axis,) = new_figure()
     colors = {"lstm": "tab:blue", "mogrifier": "tab:red", "lstm-tail": "tab:orange"}
     for arm, color in colors.items():
-        for index, seed in enumerate(converged_seeds()):
+        drawn = 0
+        for seed in converged_seeds():
             evals = _evals(f"converged/{arm}-s{seed}")
-            if not evals:
+            if not evals or f"train/converged/{arm}-s{seed}" not in done:
                 continue
+            index, drawn = drawn, drawn + 1
             epochs = range(1, len(evals) + 1)
             label = {"lstm": "LSTM, 2TA", "mogrifier": "Mogrifier, 2TA", "lstm-tail": "LSTM, tail averaging"}[arm]
             curve = [math.exp(r["loss"]) if r.get("loss") is not None else math.nan for r in evals]
@@ -559,7 +562,7 @@ def cmd_report(_: argparse.Namespace) -> None:
     if _evals("avg-2ta"):  # the averaging runs are not records: on a machine without them, keep the PNG
         averaging_plot(ROOT / "docs" / "img" / "averaging.png")
     if any(key.startswith("train/converged/") for key in done):
-        converged_plot(ROOT / "docs" / "img" / "melis_converged.png")
+        converged_plot(ROOT / "docs" / "img" / "melis_converged.png", done)
     print(text)
 
 

@@ -188,6 +188,35 @@ def test_melis_converged_table_counts_early_stops_and_averages_the_extras(tmp_pa
     assert module.converged_table(module._done()) == table
 
 
+def test_melis_converged_plot_draws_only_runs_whose_training_ended(tmp_path: Path, monkeypatch) -> None:
+    """The figure in the docs shows the runs the table counts: a run still training (its directory has
+    evaluations but no ended train step) is left out, and each arm's legend entry survives a missing seed 0."""
+    import infolm.evaluation.plots as plots
+
+    module = experiment("melis_ptb_word")
+    monkeypatch.setattr(module, "OUT", tmp_path)
+    for name in ("lstm-s1", "lstm-tail-s0"):
+        run = tmp_path / "converged" / name
+        run.mkdir(parents=True)
+        rows = [{"step": i, "split": "valid", "loss": 5.0 - 0.1 * i, "loss_raw": 5.1 - 0.1 * i} for i in range(3)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    drawn: list[str | None] = []
+
+    class Axis:
+        def plot(self, *_: object, label: str | None = None, **__: object) -> None:
+            drawn.append(label)
+
+        def __getattr__(self, _: str):
+            return lambda *args, **kwargs: None
+
+    saved: list[Path] = []
+    monkeypatch.setattr(plots, "new_figure", lambda: (None, (Axis(),)))
+    monkeypatch.setattr(plots, "save_figure", lambda _, path: saved.append(path))
+    module.converged_plot(tmp_path / "plot.png", {"train/converged/lstm-s1": {"result": {}}})
+    assert drawn == ["LSTM, 2TA", "LSTM, raw"]  # lstm-tail-s0 is still training: not drawn
+    assert saved == [tmp_path / "plot.png"]
+
+
 def test_melis_converged_archives_each_run_when_its_last_step_ends(tmp_path: Path, monkeypatch) -> None:
     """``converged`` keeps a run as a record as soon as its training, test and extras have ended, before
     the next run trains (a machine lost mid-queue keeps what ended); a run whose step failed is not kept."""
