@@ -494,15 +494,13 @@ def converged_plot(path: Path, done: dict[str, dict[str, Any]]) -> None:
 
     fig, (axis,) = new_figure()
     colors = {"lstm": "tab:blue", "mogrifier": "tab:red", "lstm-tail": "tab:orange"}
+    labels = {"lstm": "LSTM, 2TA", "mogrifier": "Mogrifier, 2TA", "lstm-tail": "LSTM, tail averaging"}
     for arm, color in colors.items():
-        drawn = 0
-        for seed in converged_seeds():
-            evals = _evals(f"converged/{arm}-s{seed}")
-            if not evals or f"train/converged/{arm}-s{seed}" not in done:
-                continue
-            index, drawn = drawn, drawn + 1
+        label = labels[arm]
+        ended = [seed for seed in converged_seeds() if f"train/converged/{arm}-s{seed}" in done]
+        runs = [evals for evals in (_evals(f"converged/{arm}-s{seed}") for seed in ended) if evals]
+        for index, evals in enumerate(runs):
             epochs = range(1, len(evals) + 1)
-            label = {"lstm": "LSTM, 2TA", "mogrifier": "Mogrifier, 2TA", "lstm-tail": "LSTM, tail averaging"}[arm]
             curve = [math.exp(r["loss"]) if r.get("loss") is not None else math.nan for r in evals]
             axis.plot(epochs, curve, color=color, label=label if index == 0 else None)
             if any("loss_raw" in r for r in evals):
