@@ -487,6 +487,70 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def tail_table(done: dict[str, dict[str, Any]]) -> str:
+    """Two-Tailed Averaging against the raw weights and tail averaging (thesis Fig. 3.3, Sec. 3.6), seed by seed
+    where both LSTM runs of a seed ended: validation perplexity at epochs 10 / 20 / 30 and at the last, test
+    perplexity, nats below the raw weights at the last epoch, and at how many evaluations 2TA is below the tail
+    run. The raw weights are the 2TA run's ``loss_raw``; the tail run's weights are the raw ones until its
+    average starts (``started_at``, the step; -1 before)."""
+    rows = [
+        "| seed | valid ppl at epoch 10 / 20 / 30: raw / 2TA / tail | last epoch | "
+        "valid ppl at the last: raw / 2TA / tail | test ppl: 2TA / tail | nats below raw at the last: 2TA / tail | "
+        "evaluations with 2TA below tail | tail started at step |",
+        "| ---: | --- | ---: | --- | --- | --- | --- | ---: |",
+    ]
+    gains: dict[str, list[float]] = {"2ta": [], "tail": []}
+    finals: dict[str, list[float]] = {"raw": [], "2ta": [], "tail": []}
+    tests: dict[str, list[float]] = {"2ta": [], "tail": []}
+    for seed in converged_seeds():
+        runs = {"2ta": f"converged/lstm-s{seed}", "tail": f"converged/lstm-tail-s{seed}"}
+        if any(f"train/{run}" not in done for run in runs.values()):
+            continue
+        two, tail = _evals(runs["2ta"]), _evals(runs["tail"])
+        if not two or len(two) != len(tail) or any("loss_raw" not in r for r in two):
+            rows.append(f"| {seed} | (the two runs' evaluations do not pair) | | | | | | |")
+            continue
+        curves = {
+            "raw": [r["loss_raw"] for r in two],
+            "2ta": [r["loss"] for r in two],
+            "tail": [r["loss"] for r in tail],
+        }
+        at = " ; ".join(
+            " / ".join(f"{math.exp(curves[name][epoch - 1]):.2f}" for name in ("raw", "2ta", "tail"))
+            for epoch in (10, 20, 30)
+            if epoch <= len(two)
+        )
+        for name in finals:
+            finals[name].append(math.exp(curves[name][-1]))
+        for name in gains:
+            gains[name].append(curves["raw"][-1] - curves[name][-1])
+        tested = {name: done.get(f"test/{run}") for name, run in runs.items()}
+        for name, record in tested.items():
+            if record is not None:
+                tests[name].append(record["result"]["ppl"])
+        test_cells = " / ".join(f"{r['result']['ppl']:.2f}" if r else "—" for r in tested.values())
+        below = sum(a < b for a, b in zip(curves["2ta"], curves["tail"], strict=True))
+        started = [r["started_at"] for r in tail if r.get("started_at", -1) >= 0]
+        rows.append(
+            f"| {seed} | {at} | {len(two)} | "
+            + " / ".join(f"{math.exp(curves[name][-1]):.2f}" for name in ("raw", "2ta", "tail"))
+            + f" | {test_cells} | {gains['2ta'][-1]:.4f} / {gains['tail'][-1]:.4f} | {below} of {len(two)} | "
+            + (f"{started[0]:.0f}" if started else "never")
+            + " |"
+        )
+    if len(gains["2ta"]) > 1:
+        rows.append(
+            "| mean ± sd | — | — | "
+            + " / ".join(format_mean_std(finals[name], digits=2, empty="—") for name in ("raw", "2ta", "tail"))
+            + " | "
+            + " / ".join(format_mean_std(tests[name], digits=2, empty="—") for name in ("2ta", "tail"))
+            + " | "
+            + " / ".join(format_mean_std(gains[name], digits=4, empty="—") for name in ("2ta", "tail"))
+            + " | — | — |"
+        )
+    return "\n".join(rows)
+
+
 def converged_plot(path: Path, done: dict[str, dict[str, Any]]) -> None:
     """Validation perplexity by epoch of every converged run whose training ended (``done`` holds its
     step; a run still training is left out of the figure as of the table); 2TA runs: the raw weights dotted."""
@@ -552,6 +616,7 @@ def cmd_report(_: argparse.Namespace) -> None:
             "## equal-budget LSTM: temperature, MC dropout, dynamic evaluation (test)\n\n" + budget_extras_table(done),
             "## averaging\n\n" + averaging_table(done),
             "## at convergence (early stopping)\n\n" + converged_table(done),
+            "## averaging at convergence: raw weights, 2TA and tail averaging (LSTM)\n\n" + tail_table(done),
             f"## dynamic evaluation, MC dropout, temperature ({EXTRAS_RUN})\n\n" + extras_table(done),
             f"total wall time of all steps: {total:.0f} s",
         ]

@@ -217,6 +217,39 @@ def test_melis_converged_plot_draws_only_runs_whose_training_ended(tmp_path: Pat
     assert saved == [tmp_path / "plot.png"]
 
 
+def test_melis_tail_table_pairs_each_seed_and_counts_where_2ta_is_below(tmp_path: Path, monkeypatch) -> None:
+    """The 2TA / raw / tail table reads the raw weights from the 2TA run's ``loss_raw`` and the tail run's
+    start from ``started_at``; a seed with a run still training is left out; the mean row needs two seeds."""
+    module = experiment("melis_ptb_word")
+    monkeypatch.setattr(module, "OUT", tmp_path)
+    monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
+    done: dict[str, dict] = {}
+    for seed, shift in ((0, 0.0), (1, 0.01), (2, 0.0)):
+        two = [
+            {"split": "valid", "loss": 5.0 - 0.01 * i + shift, "loss_raw": 5.02 - 0.01 * i + shift} for i in range(30)
+        ]
+        tail = [  # the raw weights until the average starts after evaluation 27, then 0.03 nats below them
+            {"split": "valid", "loss": r["loss_raw"] - 0.03 * (i >= 27), "started_at": 100.0 if i >= 27 else -1.0}
+            for i, r in enumerate(two)
+        ]
+        for name, rows in ((f"lstm-s{seed}", two), (f"lstm-tail-s{seed}", tail)):
+            run = tmp_path / "converged" / name
+            run.mkdir(parents=True)
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            if seed < 2 or name.startswith("lstm-s"):  # lstm-tail-s2 is still training
+                done[f"train/converged/{name}"] = {"result": {}}
+                done[f"test/converged/{name}"] = {"result": {"ppl": 90.0 + seed}}
+    lines = module.tail_table(done).splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| 0", "| 1", "| mean ± sd"]
+    cells = lines[2].split(" | ")
+    last = 5.0 - 0.29
+    assert cells[3] == f"{math.exp(last + 0.02):.2f} / {math.exp(last):.2f} / {math.exp(last - 0.01):.2f}"
+    assert cells[5] == "0.0200 / 0.0300"  # nats below the raw weights at the last evaluation
+    assert cells[6] == "27 of 30"  # the tail average is ahead once it starts
+    assert cells[7] == "100 |"
+    assert lines[4].split(" | ")[4] == "90.50 ± 0.71 / 90.50 ± 0.71"
+
+
 def test_melis_converged_archives_each_run_when_its_last_step_ends(tmp_path: Path, monkeypatch) -> None:
     """``converged`` keeps a run as a record as soon as its training, test and extras have ended, before
     the next run trains (a machine lost mid-queue keeps what ended); a run whose step failed is not kept."""
