@@ -487,12 +487,34 @@ def converged_table(done: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def tail_curves(done: dict[str, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Seed -> the validation losses by evaluation of the raw weights (the 2TA run's ``loss_raw``), 2TA and
+    the tail-averaging run, for each seed where both LSTM runs ended; ``None`` where their evaluations do
+    not pair. Also each run's key, and the tail run's ``started_at`` (the step; -1 before it starts)."""
+    pairs: dict[int, dict[str, Any]] = {}
+    for seed in converged_seeds():
+        runs = {"2ta": f"converged/lstm-s{seed}", "tail": f"converged/lstm-tail-s{seed}"}
+        if any(f"train/{run}" not in done for run in runs.values()):
+            continue
+        two, tail = _evals(runs["2ta"]), _evals(runs["tail"])
+        if not two or len(two) != len(tail) or any("loss_raw" not in r for r in two):
+            pairs[seed] = {"runs": runs, "curves": None}
+            continue
+        curves = {
+            "raw": [r["loss_raw"] for r in two],
+            "2ta": [r["loss"] for r in two],
+            "tail": [r["loss"] for r in tail],
+        }
+        started = [r["started_at"] for r in tail if r.get("started_at", -1) >= 0]
+        pairs[seed] = {"runs": runs, "curves": curves, "started": started[0] if started else None}
+    return pairs
+
+
 def tail_table(done: dict[str, dict[str, Any]]) -> str:
     """Two-Tailed Averaging against the raw weights and tail averaging (thesis Fig. 3.3, Sec. 3.6), seed by seed
-    where both LSTM runs of a seed ended: validation perplexity at epochs 10 / 20 / 30 and at the last, test
-    perplexity, nats below the raw weights at the last epoch, and at how many evaluations 2TA is below the tail
-    run. The raw weights are the 2TA run's ``loss_raw``; the tail run's weights are the raw ones until its
-    average starts (``started_at``, the step; -1 before)."""
+    where both LSTM runs of a seed ended (``tail_curves``): validation perplexity at epochs 10 / 20 / 30 and at
+    the last, test perplexity, nats below the raw weights at the last epoch, and at how many evaluations 2TA is
+    below the tail run."""
     rows = [
         "| seed | valid ppl at epoch 10 / 20 / 30: raw / 2TA / tail | last epoch | "
         "valid ppl at the last: raw / 2TA / tail | test ppl: 2TA / tail | nats below raw at the last: 2TA / tail | "
@@ -502,23 +524,16 @@ def tail_table(done: dict[str, dict[str, Any]]) -> str:
     gains: dict[str, list[float]] = {"2ta": [], "tail": []}
     finals: dict[str, list[float]] = {"raw": [], "2ta": [], "tail": []}
     tests: dict[str, list[float]] = {"2ta": [], "tail": []}
-    for seed in converged_seeds():
-        runs = {"2ta": f"converged/lstm-s{seed}", "tail": f"converged/lstm-tail-s{seed}"}
-        if any(f"train/{run}" not in done for run in runs.values()):
-            continue
-        two, tail = _evals(runs["2ta"]), _evals(runs["tail"])
-        if not two or len(two) != len(tail) or any("loss_raw" not in r for r in two):
+    for seed, pair in tail_curves(done).items():
+        runs, curves = pair["runs"], pair["curves"]
+        if curves is None:
             rows.append(f"| {seed} | (the two runs' evaluations do not pair) | | | | | | |")
             continue
-        curves = {
-            "raw": [r["loss_raw"] for r in two],
-            "2ta": [r["loss"] for r in two],
-            "tail": [r["loss"] for r in tail],
-        }
+        count = len(curves["2ta"])
         at = " ; ".join(
             " / ".join(f"{math.exp(curves[name][epoch - 1]):.2f}" for name in ("raw", "2ta", "tail"))
             for epoch in (10, 20, 30)
-            if epoch <= len(two)
+            if epoch <= count
         )
         for name in finals:
             finals[name].append(math.exp(curves[name][-1]))
@@ -530,12 +545,11 @@ def tail_table(done: dict[str, dict[str, Any]]) -> str:
                 tests[name].append(record["result"]["ppl"])
         test_cells = " / ".join(f"{r['result']['ppl']:.2f}" if r else "—" for r in tested.values())
         below = sum(a < b for a, b in zip(curves["2ta"], curves["tail"], strict=True))
-        started = [r["started_at"] for r in tail if r.get("started_at", -1) >= 0]
         rows.append(
-            f"| {seed} | {at} | {len(two)} | "
+            f"| {seed} | {at} | {count} | "
             + " / ".join(f"{math.exp(curves[name][-1]):.2f}" for name in ("raw", "2ta", "tail"))
-            + f" | {test_cells} | {gains['2ta'][-1]:.4f} / {gains['tail'][-1]:.4f} | {below} of {len(two)} | "
-            + (f"{started[0]:.0f}" if started else "never")
+            + f" | {test_cells} | {gains['2ta'][-1]:.4f} / {gains['tail'][-1]:.4f} | {below} of {count} | "
+            + (f"{pair['started']:.0f}" if pair["started"] is not None else "never")
             + " |"
         )
     if len(gains["2ta"]) > 1:
@@ -577,6 +591,27 @@ def converged_plot(path: Path, done: dict[str, dict[str, Any]]) -> None:
     axis.set_yscale("log")
     axis.legend()
     axis.set_title("PTB, Melis models of ~1.59M parameters,\nto early stopping or 40 epochs")
+    save_figure(fig, path)
+
+
+def tail_plot(path: Path, done: dict[str, dict[str, Any]]) -> None:
+    """Thesis Fig. 3.3 at this scale: by epoch, how far 2TA and the tail average are below the raw weights
+    (validation nats, raw minus averaged), one line per seed where both LSTM runs ended."""
+    from infolm.evaluation.plots import new_figure, save_figure
+
+    fig, (axis,) = new_figure()
+    pairs = [pair for pair in tail_curves(done).values() if pair["curves"] is not None]
+    for index, pair in enumerate(pairs):
+        curves = pair["curves"]
+        epochs = range(1, len(curves["raw"]) + 1)
+        for name, color, label in (("2ta", "tab:blue", "2TA"), ("tail", "tab:orange", "tail averaging")):
+            gain = [raw - loss for raw, loss in zip(curves["raw"], curves[name], strict=True)]
+            axis.plot(epochs, gain, color=color, label=label if index == 0 else None)
+    axis.axhline(0.0, color="grey", linewidth=0.8)
+    axis.set_xlabel("epoch")
+    axis.set_ylabel("validation loss below the raw weights (nats)")
+    axis.legend()
+    axis.set_title(f"PTB, LSTM of ~1.59M parameters, {len(pairs)} seeds:\nthe averages against the raw weights")
     save_figure(fig, path)
 
 
@@ -626,6 +661,8 @@ def cmd_report(_: argparse.Namespace) -> None:
         averaging_plot(ROOT / "docs" / "img" / "averaging.png")
     if any(key.startswith("train/converged/") for key in done):
         converged_plot(ROOT / "docs" / "img" / "melis_converged.png", done)
+    if any(pair["curves"] is not None for pair in tail_curves(done).values()):
+        tail_plot(ROOT / "docs" / "img" / "melis_converged_averaging.png", done)
     print(text)
 
 

@@ -248,6 +248,23 @@ def test_melis_tail_table_pairs_each_seed_and_counts_where_2ta_is_below(tmp_path
     assert cells[6] == "27 of 30"  # the tail average is ahead once it starts
     assert cells[7] == "100 |"
     assert lines[4].split(" | ")[4] == "90.50 ± 0.71 / 90.50 ± 0.71"
+    drawn: list[tuple[list[float], str | None]] = []
+
+    class Axis:
+        def plot(self, _: object, y: list[float], label: str | None = None, **__: object) -> None:
+            drawn.append((list(y), label))
+
+        def __getattr__(self, _: str):
+            return lambda *args, **kwargs: None
+
+    import infolm.evaluation.plots as plots
+
+    monkeypatch.setattr(plots, "new_figure", lambda: (None, (Axis(),)))
+    monkeypatch.setattr(plots, "save_figure", lambda *_: None)
+    module.tail_plot(tmp_path / "plot.png", done)
+    assert [label for _, label in drawn] == ["2TA", "tail averaging", None, None]  # seeds 0 and 1
+    assert drawn[0][0] == pytest.approx([0.02] * 30)
+    assert drawn[1][0] == pytest.approx([0.0] * 27 + [0.03] * 3)
 
 
 def test_melis_converged_archives_each_run_when_its_last_step_ends(tmp_path: Path, monkeypatch) -> None:
