@@ -31,11 +31,13 @@ Rerunning ``train`` resumes the runs that were cut (``infolm train`` resumes a r
 skips the runs and scores that are complete. ``--from-cut-baselines`` starts the continuations from
 baselines that were cut before early stopping, from their best weights (the table marks them cut).
 
-``archive`` copies every ended and scored run's config, log, summary and scores (no checkpoint) into
-``experiments/records/imm-ptb-table2-converged/``, kept in the repository; ``table`` reads those
-records beside ``--out``'s runs (a run directory stands for a record of the same name) and ``train``
-does not train a recorded run again. A continuation needs its baseline's weights: a seed whose
-baseline is only a record cannot be continued (train its baseline again under another ``--out``)::
+``archive`` copies every ended and scored run's config, log, summary and scores into
+``experiments/records/imm-ptb-table2-converged/``, kept in the repository, and of a baseline also its
+best weights (10.6 MB at this scale; no training state): ``table`` reads those records beside
+``--out``'s runs (a run directory stands for a record of the same name), ``train`` does not train a
+recorded run again, and a continuation whose baseline is only a record starts from the record's
+weights, so a seed's continuations can train on another machine than its baseline. A baseline
+recorded without weights cannot be continued (train it again under another ``--out``)::
 
     python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
 """
@@ -56,7 +58,7 @@ from typing import Any
 
 from infolm.errors import InfolmError
 from infolm.report import format_mean_std as mean_std
-from infolm.training.records import archive_run, runs_and_records
+from infolm.training.records import archive_run, record_weights, runs_and_records
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "experiments" / "records" / "imm-ptb-table2-converged"  # ended runs, kept in the repository
@@ -118,12 +120,14 @@ class Job:
     record: dict[str, Any] = field(default_factory=dict)
 
 
-def train_command(out: Path, arm: str, seed: int, extra: list[str]) -> list[str]:
+def train_command(out: Path, arm: str, seed: int, extra: list[str], baseline: Path | None = None) -> list[str]:
+    """The ``infolm train`` command of ``arm``; a continuation starts from ``baseline`` (a run directory
+    or a record with weights; by default the seed's baseline under ``out``)."""
     run = out / f"{arm}-s{seed}"
     if arm == "baseline":
         config, overrides = BASELINE, []
     else:
-        config, overrides = CONTINUE, [f"run.init_from={out / f'baseline-s{seed}'}", *ARMS[arm]]
+        config, overrides = CONTINUE, [f"run.init_from={baseline or out / f'baseline-s{seed}'}", *ARMS[arm]]
     return [
         sys.executable,
         "-m",
@@ -204,17 +208,19 @@ def run_jobs(
     ``induced_tokens`` is None, a run that ends by itself is scored at once, its scoring taking a slot
     before the next training job does (a queue longer than a working session still leaves its numbers).
     A job whose run ended as a record in ``records`` is done; one that needs the weights of a run that
-    is only a record is skipped with a line saying so. With ``keep``, a run that ended by itself is
-    archived in ``records`` as soon as both its scores are kept (a machine lost mid-queue keeps its numbers)."""
+    is only a record without weights is skipped with a line saying so. With ``keep``, a run that ended by
+    itself is archived in ``records`` as soon as both its scores are kept (a machine lost mid-queue keeps
+    its numbers); a baseline with its weights."""
     recorded = {job.name for job in jobs if records is not None and finished(records / job.name)}
+    weighted = {name for name in recorded if records is not None and record_weights(records / name)}
     pending = [job for job in jobs if not finished(out / job.name) and job.name not in recorded]
     for job in list(pending):
-        if job.after in recorded and not finished(out / job.after):
+        if job.after in recorded - weighted and not finished(out / job.after):
             print(f"skipping {job.name}: {job.after} is only a record (no weights to continue from)", file=sys.stderr)
             pending.remove(job)
 
     def done(name: str) -> bool:
-        return finished(out / name) or (from_cut and has_best(out / name))
+        return finished(out / name) or name in weighted or (from_cut and has_best(out / name))
 
     running: list[Job] = []
     finished_before = [job.name for job in jobs if finished(out / job.name)]  # by an earlier call
@@ -318,6 +324,18 @@ def score_runs(out: Path, names: list[str], slots: int, deadline: float, induced
         time.sleep(0.5)
 
 
+def continued_from(out: Path, records: Path, seed: int) -> Path:
+    """What the seed's continuations start from: its baseline under ``out`` unless only its record (with
+    weights) holds it."""
+    run = out / f"baseline-s{seed}"
+    if finished(run) or has_best(run) or (run / "metrics.jsonl").is_file():
+        return run
+    try:
+        return record_weights(records / run.name) or run
+    except InfolmError as failure:
+        raise SystemExit(str(failure)) from None
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -328,8 +346,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         if not args.from_cut_baselines:
             jobs.append(Job(f"baseline-s{seed}", "baseline", seed, train_command(out, "baseline", seed, args.set)))
     for seed in args.seeds:
+        baseline = continued_from(out, Path(args.records), seed)
         for arm in args.arms:
-            command = train_command(out, arm, seed, args.set)
+            command = train_command(out, arm, seed, args.set, baseline)
             jobs.append(Job(f"{arm}-s{seed}", arm, seed, command, after=f"baseline-s{seed}"))
     machine = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
@@ -406,13 +425,15 @@ def scored(run: Path) -> bool:
 
 
 def archive_ended(run: Path, records: Path, jobs: list[dict[str, Any]]) -> None:
-    """Archive ``run`` with the driver's job records of it if it ended by itself and was scored; else
-    leave it out, saying so."""
+    """Archive ``run`` with the driver's job records of it if it ended by itself and was scored (a
+    baseline with its best weights, which the continuations start from); else leave it out, saying so."""
     if not finished(run) or not scored(run):
         print(f"{run.name}: not ended and scored, left out", file=sys.stderr)
         return
+    jobs = [job for job in jobs if job.get("run") == run.name]
+    weights = run.name.startswith("baseline-") and has_best(run)
     try:
-        target = archive_run(run, records, {"jobs": [job for job in jobs if job.get("run") == run.name]})
+        target = archive_run(run, records, {"jobs": jobs}, weights=weights)
     except InfolmError as failure:
         raise SystemExit(str(failure)) from None
     print(f"{run.name}: archived in {target}", file=sys.stderr)

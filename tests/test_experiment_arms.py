@@ -805,3 +805,37 @@ def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None
     module.run_jobs(jobs, 1, math.inf, tmp_path / "new", tmp_path / "jobs.jsonl", records=records)
     assert not any((tmp_path / "new").iterdir())  # the baseline and none are recorded; noising cannot start
     assert "skipping noising-s0: baseline-s0 is only a record" in capsys.readouterr().err
+
+
+def test_imm_driver_continues_from_a_baseline_record_that_kept_its_weights(tmp_path: Path) -> None:
+    """``archive`` keeps a baseline's best weights (and only a baseline's): a seed whose baseline is only
+    such a record has its continuations started from the record, on a machine that never trained it."""
+    module = experiment("imm_ptb_table2_converged")
+    out, records = tmp_path / "out", tmp_path / "records"
+    for name in ("baseline-s0", "none-s0"):
+        run = out / name
+        (run / "checkpoints" / "best").mkdir(parents=True)
+        (run / "checkpoints" / "best" / "model.safetensors").write_bytes(name.encode())
+        (run / "vocab.json").write_text('["<unk>"]')
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "split": "valid", "loss": 4.5}) + "\n")
+        (run / "train-summary.json").write_text(json.dumps({"epoch": 3, "early_stopped": True}))
+        for split in ("valid", "test"):
+            (run / f"eval-{split}.json").write_text(json.dumps({"ppl": 90.0}))
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records)))
+    assert (records / "baseline-s0" / "checkpoints" / "best" / "model.safetensors").read_bytes() == b"baseline-s0"
+    assert not (records / "none-s0" / "checkpoints").exists()
+    new = tmp_path / "new"
+    new.mkdir()
+    assert module.continued_from(new, records, 0) == records / "baseline-s0"
+    assert module.continued_from(new, records, 1) == new / "baseline-s1"  # no record: the run to be trained
+    command = module.train_command(new, "noising", 0, [], module.continued_from(new, records, 0))
+    assert f"run.init_from={records / 'baseline-s0'}" in command
+
+    def job(name: str, after: str | None = None) -> object:
+        code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
+        arm = name.rsplit("-s", 1)[0]
+        return module.Job(name, arm, 0, [sys.executable, "-c", code, str(new / name)], after=after)
+
+    jobs = [job("baseline-s0"), job("none-s0", "baseline-s0"), job("noising-s0", "baseline-s0")]
+    module.run_jobs(jobs, 1, math.inf, new, tmp_path / "jobs.jsonl", records=records)
+    assert sorted(path.name for path in new.iterdir() if path.is_dir()) == ["noising-s0"]  # the others are records
