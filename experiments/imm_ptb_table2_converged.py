@@ -37,7 +37,8 @@ best weights (10.6 MB at this scale; no training state): ``table`` reads those r
 ``--out``'s runs (a run directory stands for a record of the same name), ``train`` does not train a
 recorded run again, and a continuation whose baseline is only a record starts from the record's
 weights, so a seed's continuations can train on another machine than its baseline. A baseline
-recorded without weights cannot be continued (train it again under another ``--out``)::
+recorded without weights cannot be continued: ``train --retrain-baselines`` trains it again (the same
+seed and config) and replaces its record with one that keeps the weights::
 
     python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
 """
@@ -202,6 +203,7 @@ def run_jobs(
     induced_tokens: int | None = None,
     records: Path | None = None,
     keep: bool = False,
+    retrain: bool = False,
 ) -> None:
     """Run ``jobs`` ``slots`` at a time in dependency order; terminate what runs at ``deadline``.
     ``from_cut``: a job also starts after a run that was cut but has best weights. Unless
@@ -210,9 +212,13 @@ def run_jobs(
     A job whose run ended as a record in ``records`` is done; one that needs the weights of a run that
     is only a record without weights is skipped with a line saying so. With ``keep``, a run that ended by
     itself is archived in ``records`` as soon as both its scores are kept (a machine lost mid-queue keeps
-    its numbers); a baseline with its weights."""
+    its numbers); a baseline with its weights. With ``retrain``, a baseline recorded without weights is
+    trained again (the same seed and config: on the same machine kind, the same run) and, with ``keep``,
+    its record replaced by one with weights."""
     recorded = {job.name for job in jobs if records is not None and finished(records / job.name)}
     weighted = {name for name in recorded if records is not None and record_weights(records / name)}
+    if retrain:
+        recorded -= {job.name for job in jobs if job.arm == "baseline" and job.name not in weighted}
     pending = [job for job in jobs if not finished(out / job.name) and job.name not in recorded]
     for job in list(pending):
         if job.after in recorded - weighted and not finished(out / job.after):
@@ -372,6 +378,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         args.induced_max_train_tokens,
         Path(args.records),
         keep=not args.set,  # runs with extra overrides are not the protocol's: kept only by `archive`
+        retrain=args.retrain_baselines,
     )
     score_runs(out, [job.name for job in jobs], args.jobs, deadline, args.induced_max_train_tokens)
     print(f"done in {time.time() - start:.0f} s", file=sys.stderr)
@@ -554,6 +561,11 @@ def main() -> None:
         help="continue from baselines that were cut before early stopping (their best weights; not retrained)",
     )
     p.add_argument("--records", default=str(RECORDS), help="runs archived here that ended are not trained again")
+    p.add_argument(
+        "--retrain-baselines",
+        action="store_true",
+        help="train again a baseline whose record kept no weights (its continuations need them)",
+    )
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("table", help="the table, the overheads and the curves from the run directories")
     p.add_argument("--out", default="runs/imm-ptb-table2-converged")

@@ -805,6 +805,9 @@ def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None
     module.run_jobs(jobs, 1, math.inf, tmp_path / "new", tmp_path / "jobs.jsonl", records=records)
     assert not any((tmp_path / "new").iterdir())  # the baseline and none are recorded; noising cannot start
     assert "skipping noising-s0: baseline-s0 is only a record" in capsys.readouterr().err
+    module.run_jobs(jobs, 1, math.inf, tmp_path / "new", tmp_path / "jobs.jsonl", records=records, retrain=True)
+    trained = sorted(path.name for path in (tmp_path / "new").iterdir() if path.is_dir())
+    assert trained == ["baseline-s0", "noising-s0"]  # the baseline again, then what continues it; none is a record
 
 
 def test_imm_driver_continues_from_a_baseline_record_that_kept_its_weights(tmp_path: Path) -> None:
