@@ -41,6 +41,14 @@ recorded without weights cannot be continued: ``train --retrain-baselines`` trai
 seed and config) and replaces its record with one that keeps the weights::
 
     python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
+
+A run takes longer than a machine lives (a working tree is laid anew on each, and ``runs/`` with it;
+a baseline takes 2-4 hours on one core): stop the driver and ``park`` keeps every run that has not
+ended (its latest step checkpoint, its best weights and small files, ~10.6 MB a run) in
+``experiments/parked/imm-ptb-table2-converged/``; the next ``train`` lays each parked run of its queue
+out again in ``--out`` and resumes it bit for bit; a parked copy is dropped once its run is a record::
+
+    python experiments/imm_ptb_table2_converged.py park --out runs/imm-ptb-table2-converged
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -59,10 +68,11 @@ from typing import Any
 
 from infolm.errors import InfolmError
 from infolm.report import format_mean_std as mean_std
-from infolm.training.records import archive_run, record_weights, runs_and_records
+from infolm.training.records import archive_run, park_run, record_weights, runs_and_records, unpark_run
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "experiments" / "records" / "imm-ptb-table2-converged"  # ended runs, kept in the repository
+PARKED = ROOT / "experiments" / "parked" / "imm-ptb-table2-converged"  # runs between machines, not yet ended
 BASELINE = "configs/ptb/imm-table2-cpu.yaml"
 CONTINUE = "configs/ptb/imm-table2-cpu-continue.yaml"
 IMM = "objective.imm={weight: 0.2, k: 10, j: 5, restricted_order: 2, sample_chunk: 10}"
@@ -342,9 +352,50 @@ def continued_from(out: Path, records: Path, seed: int) -> Path:
         raise SystemExit(str(failure)) from None
 
 
+def drop_parked(parked: Path, records: Path) -> None:
+    """Remove the parked copy of every run that has since ended as a record."""
+    for path in sorted(parked.iterdir()) if parked.is_dir() else []:
+        if path.is_dir() and not path.name.startswith(".") and finished(records / path.name):
+            shutil.rmtree(path)
+            print(f"{path.name}: ended as a record, its parked copy dropped", file=sys.stderr)
+
+
+def unpark(parked: Path, out: Path, names: list[str]) -> None:
+    """Lay out in ``out`` each parked run among ``names`` that ``out`` does not hold (a new machine)."""
+    for name in names:
+        if (parked / name).is_dir():
+            try:
+                restored = unpark_run(parked / name, out)
+            except InfolmError as failure:
+                raise SystemExit(str(failure)) from None
+            if restored is not None:
+                print(f"{name}: laid out from its parked copy, to resume", file=sys.stderr)
+
+
+def cmd_park(args: argparse.Namespace) -> None:
+    """Park every run of ``--out`` that has not ended (the driver stopped first) for the next machine."""
+    out, parked = Path(args.out), Path(args.parked)
+    if not out.is_dir():
+        raise SystemExit(f"{out} is not a directory of runs")
+    for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
+        if finished(run):
+            continue
+        try:
+            target = park_run(run, parked)
+        except InfolmError as failure:
+            raise SystemExit(str(failure)) from None
+        size = sum(path.stat().st_size for path in target.rglob("*") if path.is_file())
+        print(f"{run.name}: parked in {target} ({size / 1e6:.1f} MB)", file=sys.stderr)
+    drop_parked(parked, Path(args.records))
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    parked = Path(args.parked)
+    drop_parked(parked, Path(args.records))
+    names = [f"{arm}-s{seed}" for seed in args.seeds for arm in ["baseline", *args.arms]]
+    unpark(parked, out, names)
     start = time.time()
     deadline = start + args.deadline_s if args.deadline_s else math.inf
     jobs: list[Job] = []
@@ -424,6 +475,7 @@ def cmd_archive(args: argparse.Namespace) -> None:
     jobs = read_jsonl(out / "jobs.jsonl")
     for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
         archive_ended(run, records, jobs)
+    drop_parked(Path(args.parked), records)
 
 
 def scored(run: Path) -> bool:
@@ -566,6 +618,7 @@ def main() -> None:
         action="store_true",
         help="train again a baseline whose record kept no weights (its continuations need them)",
     )
+    p.add_argument("--parked", default=str(PARKED), help="runs parked here are laid out in --out and resumed")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("table", help="the table, the overheads and the curves from the run directories")
     p.add_argument("--out", default="runs/imm-ptb-table2-converged")
@@ -575,7 +628,13 @@ def main() -> None:
     p = sub.add_parser("archive", help="copy every ended, scored run's config, log and scores into the records")
     p.add_argument("--out", default="runs/imm-ptb-table2-converged")
     p.add_argument("--records", default=str(RECORDS), help="the folder of records to write")
+    p.add_argument("--parked", default=str(PARKED), help="parked copies of runs archived now are dropped here")
     p.set_defaults(func=cmd_archive)
+    p = sub.add_parser("park", help="keep every run that has not ended in the repository, to resume elsewhere")
+    p.add_argument("--out", default="runs/imm-ptb-table2-converged")
+    p.add_argument("--parked", default=str(PARKED), help="the folder of parked runs to write")
+    p.add_argument("--records", default=str(RECORDS), help="parked copies of runs recorded here are dropped")
+    p.set_defaults(func=cmd_park)
     args = parser.parse_args()
     args.func(args)
 

@@ -6,14 +6,18 @@
 #
 # Lane a: the Melis thesis comparison (experiments/melis_ptb_word.py converged: LSTM and Mogrifier of
 # seeds 0-2, then the tail-averaging LSTM of seeds 0-2; each run trained, tested, its extras run and
-# archived), then seed 1 of the IMM Table 2 protocol. Lane b: SentenceMIM Table 2 at the CPU scale
-# seed by seed (the LSTM and GRU sentence LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the
-# seed is scored and what ended is archived), then seeds 0 and 2 of the IMM Table 2 protocol (so that the two
-# lanes take about as long; each IMM seed has runs of its own under the one output folder).
+# archived), then seed 1 of the IMM Table 2 protocol and three of seed 0's continuations. Lane b: SentenceMIM
+# Table 2 at the CPU scale seed by seed (the LSTM and GRU sentence LMs, sMIM, sVAE, AE and the KL-annealed
+# sVAE; after each arm the seed is scored and what ended is archived), then seed 0's IMM baseline trained
+# again (its record kept no weights) with its released-recipe continuation, then seed 2 (so that the two
+# lanes take about as long; each IMM seed has runs of its own under the one output folder, and a seed's
+# continuations start from its baseline's record, which keeps the weights).
 #
 # Every step resumes a stopped run from its last checkpoint and skips what ended or is a record
-# (experiments/records/), so the same two commands continue the work after any stop, on this machine or on
-# a new one (a new one starts the unfinished runs again). A step that fails is reported on stderr and the
+# (experiments/records/), so the same two commands continue the work after any stop. On a new machine
+# (runs/ is not carried over) an IMM run starts again unless it was parked before the stop: stop both lanes,
+# then `python experiments/imm_ptb_table2_converged.py park` and commit experiments/parked/; the next
+# call lays the parked runs out again and resumes them. A step that fails is reported on stderr and the
 # lane goes on with the next.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,11 +39,14 @@ step() {  # one step of the lane: its command, its start and end on stderr; a fa
   return 0
 }
 
-imm() {  # the IMM Table 2 protocol for the seeds given: baseline to early stopping, then the continuations
-  step python experiments/imm_ptb_table2_converged.py train --out runs/imm-ptb-table2-converged --seeds "$@" \
-    --arms none noising imm-positions-8 imm-released-positions-8 none-halve-reload --jobs 1
+imm() {  # the IMM Table 2 protocol for one seed: baseline to early stopping, then the continuations given
+  local seed=$1
+  shift
+  step python experiments/imm_ptb_table2_converged.py train --out runs/imm-ptb-table2-converged --seeds "$seed" \
+    --arms "$@" --jobs 1
   step python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
 }
+ARMS=(none noising imm-positions-8 imm-released-positions-8 none-halve-reload)
 
 if [[ $lane == a ]]; then
   for seed in 0 1 2; do
@@ -48,7 +55,8 @@ if [[ $lane == a ]]; then
   for seed in 0 1 2; do
     step python experiments/melis_ptb_word.py converged --arms lstm-tail --seeds "$seed"
   done
-  imm 1
+  imm 1 "${ARMS[@]}"
+  imm 0 noising imm-positions-8 none-halve-reload
 else
   for seed in 0 1 2; do
     for arm in sentence-lstm gru-lm smim svae ae svae-kl; do
@@ -57,7 +65,7 @@ else
         --sentences 0 --proposal-floors -4 --archive
     done
   done
-  imm 0
-  imm 2
+  imm 0 imm-released-positions-8 --retrain-baselines
+  imm 2 "${ARMS[@]}"
 fi
 echo "[$(date -u +%FT%TZ)] lane $lane: every step has run" >&2

@@ -786,7 +786,7 @@ def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None
         (run / "eval-valid.json").write_text(json.dumps({"ppl": ppl}))
         if name != "noising-s1":  # not scored yet: not archived
             (run / "eval-test.json").write_text(json.dumps({"ppl": ppl - 3}))
-    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records)))
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(tmp_path / "parked")))
     assert sorted(path.name for path in records.iterdir()) == ["baseline-s0", "none-s0"]
     module.cmd_table(argparse.Namespace(out=str(out), records=[], png=""))
     live = capsys.readouterr().out
@@ -824,7 +824,7 @@ def test_imm_driver_continues_from_a_baseline_record_that_kept_its_weights(tmp_p
         (run / "train-summary.json").write_text(json.dumps({"epoch": 3, "early_stopped": True}))
         for split in ("valid", "test"):
             (run / f"eval-{split}.json").write_text(json.dumps({"ppl": 90.0}))
-    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records)))
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(tmp_path / "parked")))
     assert (records / "baseline-s0" / "checkpoints" / "best" / "model.safetensors").read_bytes() == b"baseline-s0"
     assert not (records / "none-s0" / "checkpoints").exists()
     new = tmp_path / "new"
@@ -842,3 +842,28 @@ def test_imm_driver_continues_from_a_baseline_record_that_kept_its_weights(tmp_p
     jobs = [job("baseline-s0"), job("none-s0", "baseline-s0"), job("noising-s0", "baseline-s0")]
     module.run_jobs(jobs, 1, math.inf, new, tmp_path / "jobs.jsonl", records=records)
     assert sorted(path.name for path in new.iterdir() if path.is_dir()) == ["noising-s0"]  # the others are records
+
+
+def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Path) -> None:
+    """``park`` keeps the runs that have not ended (not those that have), the next ``train`` lays a
+    parked run of its queue out again where none is, and a parked copy goes once its run is a record."""
+    module = experiment("imm_ptb_table2_converged")
+    out, parked, records = tmp_path / "out", tmp_path / "parked", tmp_path / "records"
+    for name, ended in (("baseline-s1", False), ("none-s0", True)):
+        step = out / name / "checkpoints" / "step-00000010"
+        step.mkdir(parents=True)
+        (step / "model.safetensors").write_bytes(name.encode())
+        (step / "trainer.pt").write_bytes(b"state")
+        (out / name / "metrics.jsonl").write_text("{}\n")
+        if ended:
+            (out / name / "train-summary.json").write_text("{}")
+    module.cmd_park(argparse.Namespace(out=str(out), parked=str(parked), records=str(records)))
+    assert sorted(path.name for path in parked.iterdir()) == ["baseline-s1"]
+    new = tmp_path / "new"
+    module.unpark(parked, new, ["baseline-s1", "none-s1"])
+    step = new / "baseline-s1" / "checkpoints" / "step-00000010"
+    assert (step / "model.safetensors").read_bytes() == b"baseline-s1" and (step / "trainer.pt").is_file()
+    (records / "baseline-s1").mkdir(parents=True)
+    (records / "baseline-s1" / "train-summary.json").write_text("{}")
+    module.drop_parked(parked, records)
+    assert not any(parked.iterdir())

@@ -346,3 +346,45 @@ def test_a_run_continues_from_a_record_with_weights_as_from_its_run(tmp_path: Pa
     last = sorted((tuned / "checkpoints").glob("step-*"))[-1]
     found = load_file(str(last / "model.safetensors"))
     assert expected.keys() == found.keys() and all(torch.equal(expected[k], found[k]) for k in expected)
+
+
+def test_a_parked_run_resumes_bit_for_bit_on_a_machine_that_lost_it(tmp_path: Path) -> None:
+    """A run killed mid-training, parked, its run directory deleted (a new machine) and laid out again
+    from the parked copy, resumes from its latest checkpoint to the weights and log of the uninterrupted
+    run. The copy keeps one step checkpoint and the best weights once when they are that step's; a
+    changed file is refused, and a run directory already there is left as it is."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from infolm.training.metrics import read_metrics
+    from tests.conftest import run_in_process, train_killed_after_checkpoint
+    from tests.test_warmup_linear import small_run_config
+
+    config = small_run_config(tmp_path)
+    straight, run = tmp_path / "straight", tmp_path / "runs" / "lm-s0"
+    with train_killed_after_checkpoint(str(config), run_dir=run, step=15):
+        assert run_in_process("train", str(config), f"run.dir={straight}").returncode == 0
+    parked = records.park_run(run, tmp_path / "parked")
+    kept = sorted(str(path.relative_to(parked)) for path in parked.rglob("*") if path.is_file())
+    latest = sorted(path.name for path in (run / "checkpoints").glob("step-*"))[-1]
+    assert f"checkpoints/{latest}/trainer.pt" in kept and "vocab.json" in kept and records.PARKED in kept
+    assert not [name for name in kept if name.startswith("checkpoints/step-") and latest not in name]
+    assert not records.is_record(parked)
+    shutil.rmtree(run)
+    assert records.unpark_run(parked, run.parent) == run
+    assert records.unpark_run(parked, run.parent) is None  # the run there stands
+    best = load_file(str(run / "checkpoints" / "best" / "model.safetensors"))
+    assert best.keys()  # the best weights are back, shared or copied
+    result = run_in_process("train", str(config), f"run.dir={run}")
+    assert result.returncode == 0, result.stderr
+    a = load_file(str(sorted((straight / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
+    b = load_file(str(sorted((run / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    timeless = lambda rows: [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed")} for r in rows]  # noqa: E731
+    assert timeless(read_metrics(straight / "metrics.jsonl")) == timeless(read_metrics(run / "metrics.jsonl"))
+    (parked / "metrics.jsonl").write_text("changed\n")
+    with pytest.raises(InfolmError, match="not the file that was parked"):
+        records.unpark_run(parked, tmp_path / "elsewhere")
+    assert not (tmp_path / "elsewhere" / "lm-s0").exists()

@@ -13,6 +13,12 @@ checkpoints said of how it trained (commits, versions, machine), and what the dr
 from (``run.init_from``: the baseline that a protocol continues with each objective) may keep its
 evaluation weights (``archive_run(..., weights=True)``: ``checkpoints/best`` without its training state,
 and the vocabulary), so that the continuations can train on a machine that never held the run.
+
+A run longer than the life of its machine (a working tree and its ``runs/`` are laid anew on every
+machine) is *parked* between machines: ``park_run`` keeps what resuming it needs (its top-level files,
+its latest step checkpoint, ``checkpoints/best``) in a folder that version control holds, and
+``unpark_run`` lays it out again as a run directory that ``infolm train`` resumes, bit for bit from that
+checkpoint. A parked run is not a record: it has not ended, and its copy is dropped once it has.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from infolm.errors import InfolmError
-from infolm.training.checkpoint import write_json_atomic
+from infolm.training.checkpoint import BEST, CHECKPOINTS, latest_checkpoint, write_json_atomic
 from infolm.training.run_lock import run_dir_in_use
 
 RECORD = "record.json"
@@ -36,6 +42,7 @@ MAX_FILE_BYTES = 4_000_000  # a log past this is no longer a small file: refused
 # weights of averaging), which continuing from the run does not read
 WEIGHT_FILES = ("model.safetensors", "objective.pt", "meta.json")
 MAX_WEIGHTS_BYTES = 64_000_000  # a model this size (16M float32 parameters) at most is kept in version control
+PARKED = "parked.json"
 
 
 def is_record(run: str | Path) -> bool:
@@ -148,14 +155,7 @@ def archive_run(
             "sha256": _sha256(staging / "checkpoints" / "best" / WEIGHT_FILES[0]),
         }
     write_json_atomic(staging / RECORD, known | (meta or {}))
-    if target.exists():
-        old = records / f".{run.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(staging, target)
-        shutil.rmtree(old)
-    else:
-        os.replace(staging, target)
+    _replace_dir(staging, target)
     return target
 
 
@@ -184,3 +184,91 @@ def record_weights(record: str | Path) -> Path | None:
     if not path.is_file() or not (record / "vocab.json").is_file() or _sha256(path) != known.get("sha256"):
         raise InfolmError(f"{record}: its kept weights are missing or not the ones archived (sha256)")
     return record
+
+
+def park_run(run: str | Path, folder: str | Path) -> Path:
+    """Keep the run directory ``run``, which has not ended, in ``folder/<run's name>`` to be resumed on
+    another machine: its top-level files (the vocabulary too), its latest step checkpoint and
+    ``checkpoints/best``, whose weights are kept once when they are the latest step's own bytes (an
+    improving run's best is its latest evaluation). ``parked.json`` lists every file with its sha256.
+    An earlier parked copy is replaced whole (staged in a hidden folder, renamed into place). Refuses a
+    run training now (stop it first), one without a step checkpoint and a copy over
+    :data:`MAX_WEIGHTS_BYTES` plus the small files' limit."""
+    run, folder = Path(run), Path(folder)
+    if not (run / "metrics.jsonl").is_file():
+        raise InfolmError(f"{run} is not a run directory (no metrics.jsonl)")
+    if run_dir_in_use(run):
+        raise InfolmError(f"{run} is training now: stop it before parking it")
+    latest = latest_checkpoint(run)
+    if latest is None:
+        raise InfolmError(f"{run} has no step checkpoint to resume from")
+    copies = [(path, path.name) for path in sorted(run.iterdir()) if path.is_file() and not path.name.startswith(".")]
+    copies = [(path, name) for path, name in copies if path.suffix != ".tmp"]
+    copies += [
+        (path, f"{CHECKPOINTS}/{latest.name}/{path.name}") for path in sorted(latest.iterdir()) if path.is_file()
+    ]
+    best, shared = run / CHECKPOINTS / BEST, []
+    for path in sorted(best.iterdir()) if best.is_dir() else []:
+        twin = latest / path.name
+        if path.suffix == ".safetensors" and twin.is_file() and _sha256(path) == _sha256(twin):
+            shared.append(path.name)
+        elif path.is_file():
+            copies.append((path, f"{CHECKPOINTS}/{BEST}/{path.name}"))
+    size = sum(path.stat().st_size for path, _ in copies)
+    if size > MAX_WEIGHTS_BYTES + MAX_FILE_BYTES:
+        raise InfolmError(f"{run} would park {size} bytes, more than version control keeps of a run")
+    folder.mkdir(parents=True, exist_ok=True)
+    target, staging = folder / run.name, folder / f".{run.name}.new"
+    shutil.rmtree(staging, ignore_errors=True)
+    for path, name in copies:
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, staging / name)
+    files = {name: _sha256(staging / name) for _, name in copies}
+    write_json_atomic(
+        staging / PARKED,
+        {"source": str(run.resolve()), "latest": latest.name, "files": files, "best_as_latest": shared},
+    )
+    _replace_dir(staging, target)
+    return target
+
+
+def unpark_run(parked: str | Path, out: str | Path) -> Path | None:
+    """Lay the parked run ``parked`` out again as ``out/<its name>``, every file checked against its
+    sha256 (an error names the first that differs), and the best weights it shares with its latest
+    checkpoint copied back; staged in a hidden folder and renamed into place. None, and nothing written,
+    when ``out`` already has a run of that name: the run there stands (it may be further on)."""
+    parked, out = Path(parked), Path(out)
+    target = out / parked.name
+    if target.exists():
+        return None
+    try:
+        known = json.loads((parked / PARKED).read_text())
+    except (OSError, ValueError):
+        raise InfolmError(f"{parked} is not a parked run (no readable {PARKED})") from None
+    out.mkdir(parents=True, exist_ok=True)
+    staging = out / f".{parked.name}.unpark"
+    shutil.rmtree(staging, ignore_errors=True)
+    for name, digest in known["files"].items():
+        source = parked / name
+        if not source.is_file() or _sha256(source) != digest:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise InfolmError(f"{source}: missing or not the file that was parked (sha256)")
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, staging / name)
+    for name in known.get("best_as_latest", []):
+        (staging / CHECKPOINTS / BEST).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(staging / CHECKPOINTS / known["latest"] / name, staging / CHECKPOINTS / BEST / name)
+    os.replace(staging, target)
+    return target
+
+
+def _replace_dir(staging: Path, target: Path) -> None:
+    """Rename ``staging`` to ``target``, an existing ``target`` set aside first and removed after."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old)
+    else:
+        os.replace(staging, target)
