@@ -69,6 +69,7 @@ from typing import Any
 from infolm.errors import InfolmError
 from infolm.report import format_mean_std as mean_std
 from infolm.training.records import archive_run, park_run, record_weights, runs_and_records, unpark_run
+from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "experiments" / "records" / "imm-ptb-table2-converged"  # ended runs, kept in the repository
@@ -226,12 +227,16 @@ def run_jobs(
     trained again (the same seed and config: on the same machine kind, the same run) and, with ``keep``,
     its record replaced by one with weights."""
     recorded = {job.name for job in jobs if records is not None and finished(records / job.name)}
-    weighted = {name for name in recorded if records is not None and record_weights(records / name)}
+    weighted = {name for name in recorded if records is not None and kept_weights(records / name)}
     if retrain:
         recorded -= {job.name for job in jobs if job.arm == "baseline" and job.name not in weighted}
     pending = [job for job in jobs if not finished(out / job.name) and job.name not in recorded]
+
+    def elsewhere(name: str | None) -> bool:  # trained now by another call (the other lane)
+        return name is not None and (out / name / "metrics.jsonl").is_file() and run_dir_in_use(out / name)
+
     for job in list(pending):
-        if job.after in recorded - weighted and not finished(out / job.after):
+        if job.after in recorded - weighted and not finished(out / job.after) and not elsewhere(job.after):
             print(f"skipping {job.name}: {job.after} is only a record (no weights to continue from)", file=sys.stderr)
             pending.remove(job)
 
@@ -279,7 +284,7 @@ def run_jobs(
             return
         active = {job.name for job in running} | {job.name for job in pending}
         for job in [job for job in pending if job.after is not None and not done(job.after)]:
-            if job.after not in active:  # its baseline failed or was cut: nothing to continue from
+            if job.after not in active and not elsewhere(job.after):  # failed or cut: nothing to continue from
                 print(f"skipping {job.name}: {job.after} did not end by itself", file=sys.stderr)
                 pending.remove(job)
         while scores and len(running) + len(scoring) < slots:
@@ -340,22 +345,31 @@ def score_runs(out: Path, names: list[str], slots: int, deadline: float, induced
         time.sleep(0.5)
 
 
-def continued_from(out: Path, records: Path, seed: int) -> Path:
-    """What the seed's continuations start from: its baseline under ``out`` unless only its record (with
-    weights) holds it."""
-    run = out / f"baseline-s{seed}"
-    if finished(run) or has_best(run) or (run / "metrics.jsonl").is_file():
-        return run
+def kept_weights(record: Path) -> Path | None:
+    """``record`` if it is a record that kept its weights (checked); a changed one stops the driver."""
     try:
-        return record_weights(records / run.name) or run
+        return record_weights(record)
     except InfolmError as failure:
         raise SystemExit(str(failure)) from None
 
 
+def continued_from(out: Path, records: Path, seed: int) -> Path:
+    """What the seed's continuations start from: its baseline under ``out`` if it ended there, else its
+    record if that kept the weights, else the run under ``out`` (to be trained, resumed or, with
+    ``--from-cut-baselines``, taken as cut)."""
+    run = out / f"baseline-s{seed}"
+    if finished(run):
+        return run
+    return kept_weights(records / run.name) or run
+
+
 def drop_parked(parked: Path, records: Path) -> None:
-    """Remove the parked copy of every run that has since ended as a record."""
+    """Remove the parked copy of every run that has since ended as a record; of a baseline, only once
+    its record keeps the weights (a baseline recorded without them is being trained again)."""
     for path in sorted(parked.iterdir()) if parked.is_dir() else []:
         if path.is_dir() and not path.name.startswith(".") and finished(records / path.name):
+            if path.name.startswith("baseline-") and not kept_weights(records / path.name):
+                continue
             shutil.rmtree(path)
             print(f"{path.name}: ended as a record, its parked copy dropped", file=sys.stderr)
 
@@ -373,20 +387,29 @@ def unpark(parked: Path, out: Path, names: list[str]) -> None:
 
 
 def cmd_park(args: argparse.Namespace) -> None:
-    """Park every run of ``--out`` that has not ended (the driver stopped first) for the next machine."""
-    out, parked = Path(args.out), Path(args.parked)
+    """For the next machine (the driver stopped first): archive every run of ``--out`` that ended and was
+    scored, and park every other (not ended, or ended without its scores, which the next ``train`` then
+    computes). A run that cannot be parked (training now, no checkpoint yet) is named and left; the
+    command then exits non-zero after parking the rest."""
+    out, parked, records = Path(args.out), Path(args.parked), Path(args.records)
     if not out.is_dir():
         raise SystemExit(f"{out} is not a directory of runs")
+    jobs, left = read_jsonl(out / "jobs.jsonl"), []
     for run in sorted(path for path in out.iterdir() if (path / "metrics.jsonl").is_file()):
-        if finished(run):
+        if finished(run) and scored(run):
+            archive_ended(run, records, jobs)
             continue
         try:
             target = park_run(run, parked)
         except InfolmError as failure:
-            raise SystemExit(str(failure)) from None
+            print(f"{run.name}: not parked: {failure}", file=sys.stderr)
+            left.append(run.name)
+            continue
         size = sum(path.stat().st_size for path in target.rglob("*") if path.is_file())
         print(f"{run.name}: parked in {target} ({size / 1e6:.1f} MB)", file=sys.stderr)
-    drop_parked(parked, Path(args.records))
+    drop_parked(parked, records)
+    if left:
+        raise SystemExit(f"not parked: {', '.join(left)}")
 
 
 def cmd_train(args: argparse.Namespace) -> None:

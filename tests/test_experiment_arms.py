@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -857,8 +858,11 @@ def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Pat
         (out / name / "metrics.jsonl").write_text("{}\n")
         if ended:
             (out / name / "train-summary.json").write_text("{}")
+            for split in ("valid", "test"):
+                (out / name / f"eval-{split}.json").write_text(json.dumps({"ppl": 90.0}))
     module.cmd_park(argparse.Namespace(out=str(out), parked=str(parked), records=str(records)))
     assert sorted(path.name for path in parked.iterdir()) == ["baseline-s1"]
+    assert (records / "none-s0" / "record.json").is_file()  # ended and scored: archived, not parked
     new = tmp_path / "new"
     module.unpark(parked, new, ["baseline-s1", "none-s1"])
     step = new / "baseline-s1" / "checkpoints" / "step-00000010"
@@ -866,4 +870,50 @@ def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Pat
     (records / "baseline-s1").mkdir(parents=True)
     (records / "baseline-s1" / "train-summary.json").write_text("{}")
     module.drop_parked(parked, records)
-    assert not any(parked.iterdir())
+    assert (parked / "baseline-s1").is_dir()  # a baseline recorded without weights is being trained again
+    (out / "baseline-s1" / "train-summary.json").write_text("{}")
+    for split in ("valid", "test"):
+        (out / "baseline-s1" / f"eval-{split}.json").write_text(json.dumps({"ppl": 90.0}))
+    best = out / "baseline-s1" / "checkpoints" / "best"
+    best.mkdir()
+    (best / "model.safetensors").write_bytes(b"best")
+    (out / "baseline-s1" / "vocab.json").write_text('["<unk>"]')
+    shutil.rmtree(records / "baseline-s1")
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(parked)))
+    assert not any(parked.iterdir())  # its record keeps the weights now: the parked copy is dropped
+
+
+def test_imm_driver_waits_for_a_baseline_the_other_lane_trains_again(tmp_path: Path, capsys) -> None:
+    """A seed whose baseline record kept no weights, while another call (the other lane) trains that
+    baseline again: its continuations wait for it and start once it has ended, instead of being skipped."""
+    import threading
+
+    from infolm.training.run_lock import run_dir_lock
+
+    module = experiment("imm_ptb_table2_converged")
+    out, records = tmp_path / "out", tmp_path / "records"
+    (records / "baseline-s0").mkdir(parents=True)
+    (records / "baseline-s0" / "train-summary.json").write_text("{}")
+    (records / "baseline-s0" / "record.json").write_text("{}")
+    baseline = out / "baseline-s0"
+    baseline.mkdir(parents=True)
+    (baseline / "metrics.jsonl").write_text("{}\n")
+    locked, release = threading.Event(), threading.Event()
+
+    def other_lane() -> None:
+        with run_dir_lock(baseline):
+            locked.set()
+            release.wait(30)
+            (baseline / "train-summary.json").write_text("{}")
+
+    thread = threading.Thread(target=other_lane)
+    thread.start()
+    locked.wait(30)
+    code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
+    command = [sys.executable, "-c", code, str(out / "noising-s0")]
+    noising = module.Job("noising-s0", "noising", 0, command, after="baseline-s0")
+    jobs = [module.Job("baseline-s0", "baseline", 0, ["false"]), noising]
+    threading.Timer(2.0, release.set).start()
+    module.run_jobs(jobs, 1, math.inf, out, tmp_path / "jobs.jsonl", records=records)
+    thread.join()
+    assert (out / "noising-s0").is_dir() and "skipping" not in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -316,7 +317,7 @@ def test_a_record_keeps_the_best_weights_only_when_asked_and_checks_them(tmp_pat
     assert meta["weights"]["files"] == files
     assert records.record_weights(target) == target and records.record_weights(run) is None
     (target / "checkpoints" / "best" / "model.safetensors").write_bytes(b"x" * 300)
-    with pytest.raises(InfolmError, match="not the ones archived"):
+    with pytest.raises(InfolmError, match="not the file archived"):
         records.record_weights(target)
 
 
@@ -379,6 +380,9 @@ def test_a_parked_run_resumes_bit_for_bit_on_a_machine_that_lost_it(tmp_path: Pa
     assert best.keys()  # the best weights are back, shared or copied
     result = run_in_process("train", str(config), f"run.dir={run}")
     assert result.returncode == 0, result.stderr
+    # resumed, not started again: the log keeps the killed run's first rows, timings and all
+    assert read_metrics(run / "metrics.jsonl")[:3] == read_metrics(parked / "metrics.jsonl")[:3]
+    assert not list(run.glob("metrics.jsonl.attempt-*"))
     a = load_file(str(sorted((straight / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     b = load_file(str(sorted((run / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -388,3 +392,30 @@ def test_a_parked_run_resumes_bit_for_bit_on_a_machine_that_lost_it(tmp_path: Pa
     with pytest.raises(InfolmError, match="not the file that was parked"):
         records.unpark_run(parked, tmp_path / "elsewhere")
     assert not (tmp_path / "elsewhere" / "lm-s0").exists()
+
+
+def test_a_parked_run_keeps_best_weights_once_when_they_are_the_latest_steps(tmp_path: Path) -> None:
+    """Best weights that are the latest step checkpoint's own bytes are parked once and copied back on
+    unparking; best weights of an earlier step are parked as they are. Runs that cannot be parked (no
+    step checkpoint, training now) are refused with the reason."""
+    run = make_run(tmp_path / "runs" / "lm-s1")
+    latest = run / "checkpoints" / "step-00000020"
+    for folder in (latest, run / "checkpoints" / "best"):
+        (folder / "model.safetensors").write_bytes(b"same weights")
+    (latest / "trainer.pt").write_bytes(b"state")
+    parked = records.park_run(run, tmp_path / "parked")
+    assert not (parked / "checkpoints" / "best" / "model.safetensors").exists()
+    assert (parked / "checkpoints" / "best" / "meta.json").is_file()
+    assert not (parked / "checkpoints" / "step-00000010").exists()  # only the latest step
+    assert json.loads((parked / records.PARKED).read_text())["best_as_latest"] == ["model.safetensors"]
+    back = records.unpark_run(parked, tmp_path / "new")
+    assert back is not None and (back / "checkpoints" / "best" / "model.safetensors").read_bytes() == b"same weights"
+    (run / "checkpoints" / "best" / "model.safetensors").write_bytes(b"earlier weights")
+    parked = records.park_run(run, tmp_path / "parked")  # replaces the parked copy whole
+    assert (parked / "checkpoints" / "best" / "model.safetensors").read_bytes() == b"earlier weights"
+    with run_dir_lock(run), pytest.raises(InfolmError, match="training now"):
+        records.park_run(run, tmp_path / "parked")
+    for step in (run / "checkpoints").glob("step-*"):
+        shutil.rmtree(step)
+    with pytest.raises(InfolmError, match="no step checkpoint"):
+        records.park_run(run, tmp_path / "parked")

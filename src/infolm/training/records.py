@@ -150,10 +150,8 @@ def archive_run(
         for path in kept_weights:
             shutil.copy2(path, staging / "checkpoints" / "best" / path.name)
         shutil.copy2(run / "vocab.json", staging / "vocab.json")
-        known["weights"] = {
-            "files": [f"checkpoints/best/{path.name}" for path in kept_weights] + ["vocab.json"],
-            "sha256": _sha256(staging / "checkpoints" / "best" / WEIGHT_FILES[0]),
-        }
+        names = [f"checkpoints/best/{path.name}" for path in kept_weights] + ["vocab.json"]
+        known["weights"] = {"files": names, "sha256": {name: _sha256(staging / name) for name in names}}
     write_json_atomic(staging / RECORD, known | (meta or {}))
     _replace_dir(staging, target)
     return target
@@ -168,9 +166,9 @@ def _sha256(path: Path) -> str:
 
 
 def record_weights(record: str | Path) -> Path | None:
-    """The record ``record`` itself if it kept its evaluation weights, unchanged since (their sha256 is the
-    one ``record.json`` gives): a directory that ``run.init_from`` can continue from. None for a record
-    without weights or a folder that is no record; an error for weights that are not those archived."""
+    """The record ``record`` itself if it kept its evaluation weights, unchanged since (each file's sha256
+    is the one ``record.json`` gives): a directory that ``run.init_from`` can continue from. None for a
+    record without weights or a folder that is no record; an error for weights that are not those archived."""
     record = Path(record)
     if not is_record(record):
         return None
@@ -180,9 +178,12 @@ def record_weights(record: str | Path) -> Path | None:
         return None
     if not known:
         return None
-    path = record / "checkpoints" / "best" / WEIGHT_FILES[0]
-    if not path.is_file() or not (record / "vocab.json").is_file() or _sha256(path) != known.get("sha256"):
-        raise InfolmError(f"{record}: its kept weights are missing or not the ones archived (sha256)")
+    for name, digest in dict(known.get("sha256") or {}).items():
+        path = record / name
+        if not path.is_file() or _sha256(path) != digest:
+            raise InfolmError(f"{path}: missing or not the file archived with the record (sha256)")
+    if not known.get("sha256") or not (record / "checkpoints" / "best" / WEIGHT_FILES[0]).is_file():
+        raise InfolmError(f"{record}: its record names no weights it keeps")
     return record
 
 
