@@ -236,7 +236,10 @@ def run_jobs(
         return name is not None and (out / name / "metrics.jsonl").is_file() and run_dir_in_use(out / name)
 
     for job in list(pending):
-        if job.after in recorded - weighted and not finished(out / job.after) and not elsewhere(job.after):
+        if elsewhere(job.name):
+            print(f"skipping {job.name}: another call is training it", file=sys.stderr)
+            pending.remove(job)
+        elif job.after in recorded - weighted and not finished(out / job.after) and not elsewhere(job.after):
             print(f"skipping {job.name}: {job.after} is only a record (no weights to continue from)", file=sys.stderr)
             pending.remove(job)
 

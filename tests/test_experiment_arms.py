@@ -883,18 +883,21 @@ def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Pat
     assert not any(parked.iterdir())  # its record keeps the weights now: the parked copy is dropped
 
 
-def test_imm_driver_waits_for_a_baseline_the_other_lane_trains_again(tmp_path: Path, capsys) -> None:
-    """A seed whose baseline record kept no weights, while another call (the other lane) trains that
-    baseline again: its continuations wait for it and start once it has ended, instead of being skipped."""
+@pytest.mark.parametrize("recorded", [True, False])
+def test_imm_driver_waits_for_a_baseline_the_other_lane_trains(recorded: bool, tmp_path: Path, capsys) -> None:
+    """A baseline that another call (the other lane) is training, again (its record kept no weights) or
+    for the first time, is not started a second time; its continuations wait for it and start once it
+    has ended, instead of being skipped."""
     import threading
 
     from infolm.training.run_lock import run_dir_lock
 
     module = experiment("imm_ptb_table2_converged")
     out, records = tmp_path / "out", tmp_path / "records"
-    (records / "baseline-s0").mkdir(parents=True)
-    (records / "baseline-s0" / "train-summary.json").write_text("{}")
-    (records / "baseline-s0" / "record.json").write_text("{}")
+    if recorded:
+        (records / "baseline-s0").mkdir(parents=True)
+        (records / "baseline-s0" / "train-summary.json").write_text("{}")
+        (records / "baseline-s0" / "record.json").write_text("{}")
     baseline = out / "baseline-s0"
     baseline.mkdir(parents=True)
     (baseline / "metrics.jsonl").write_text("{}\n")
@@ -916,4 +919,6 @@ def test_imm_driver_waits_for_a_baseline_the_other_lane_trains_again(tmp_path: P
     threading.Timer(2.0, release.set).start()
     module.run_jobs(jobs, 1, math.inf, out, tmp_path / "jobs.jsonl", records=records)
     thread.join()
-    assert (out / "noising-s0").is_dir() and "skipping" not in capsys.readouterr().err
+    assert (out / "noising-s0").is_dir()
+    assert [job["run"] for job in module.read_jsonl(tmp_path / "jobs.jsonl")] == ["noising-s0"]  # no second baseline
+    assert "skipping noising-s0" not in capsys.readouterr().err
