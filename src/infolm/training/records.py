@@ -211,7 +211,7 @@ def park_run(run: str | Path, folder: str | Path) -> Path:
     best, shared = run / CHECKPOINTS / BEST, []
     for path in sorted(best.iterdir()) if best.is_dir() else []:
         twin = latest / path.name
-        if path.suffix == ".safetensors" and twin.is_file() and _sha256(path) == _sha256(twin):
+        if path.suffix == ".safetensors" and twin.is_file() and _same_weights(path, twin):
             shared.append(path.name)
         elif path.is_file():
             copies.append((path, f"{CHECKPOINTS}/{BEST}/{path.name}"))
@@ -231,6 +231,31 @@ def park_run(run: str | Path, folder: str | Path) -> Path:
     )
     _replace_dir(staging, target)
     return target
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    """Whether two weight files hold the same tensors under the same names: the same bytes, or files
+    that differ only in how a tied tensor was named (the best weights are written from the evaluation
+    copy, the step checkpoint from the training one). A file safetensors cannot read is no match."""
+    if _sha256(a) == _sha256(b):
+        return True
+    import torch
+    from safetensors import safe_open
+
+    def tensors(path: Path) -> dict[str, torch.Tensor]:
+        with safe_open(str(path), framework="pt") as handle:
+            aliases = handle.metadata() or {}
+            state = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+        state |= {alias: state[kept] for alias, kept in aliases.items() if alias != "format" and kept in state}
+        return state
+
+    try:
+        first, second = tensors(a), tensors(b)
+    except Exception:  # safetensors raises its own error types on files it cannot read
+        return False
+    return first.keys() == second.keys() and all(
+        first[k].dtype == second[k].dtype and torch.equal(first[k], second[k]) for k in first
+    )
 
 
 def unpark_run(parked: str | Path, out: str | Path) -> Path | None:
