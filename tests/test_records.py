@@ -419,3 +419,26 @@ def test_a_parked_run_keeps_best_weights_once_when_they_are_the_latest_steps(tmp
         shutil.rmtree(step)
     with pytest.raises(InfolmError, match="no step checkpoint"):
         records.park_run(run, tmp_path / "parked")
+
+
+def test_weights_that_differ_only_in_the_tied_name_kept_are_the_same_weights(tmp_path: Path) -> None:
+    """The best weights (written from the evaluation copy) and the step checkpoint's (from the training
+    copy) can name a tied tensor the other way round: same tensors, other bytes, parked once."""
+    import torch
+    from safetensors.torch import save_file
+
+    tensor, other = torch.arange(6.0).reshape(2, 3), torch.zeros(2, 3)
+    save_file(
+        {"embedding": tensor, "b": other}, str(tmp_path / "a.safetensors"), {"format": "pt", "decoder": "embedding"}
+    )
+    save_file(
+        {"decoder": tensor, "b": other}, str(tmp_path / "b.safetensors"), {"format": "pt", "embedding": "decoder"}
+    )
+    save_file(
+        {"decoder": tensor, "b": other + 1}, str(tmp_path / "c.safetensors"), {"format": "pt", "embedding": "decoder"}
+    )
+    (tmp_path / "d.safetensors").write_bytes(b"not weights")
+    assert (tmp_path / "a.safetensors").read_bytes() != (tmp_path / "b.safetensors").read_bytes()
+    assert records._same_weights(tmp_path / "a.safetensors", tmp_path / "b.safetensors")
+    assert not records._same_weights(tmp_path / "a.safetensors", tmp_path / "c.safetensors")
+    assert not records._same_weights(tmp_path / "a.safetensors", tmp_path / "d.safetensors")
