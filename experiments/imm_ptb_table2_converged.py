@@ -44,7 +44,7 @@ seed and config) and replaces its record with one that keeps the weights::
 
 A run takes longer than a machine lives (a working tree is laid anew on each, and ``runs/`` with it;
 a baseline takes 2-4 hours on one core): stop the driver and ``park`` keeps every run that has not
-ended (its latest step checkpoint, its best weights and small files, ~10.6 MB a run) in
+ended (its latest step checkpoint, its best weights once and small files, 10.8 MB a run) in
 ``experiments/parked/imm-ptb-table2-converged/``; the next ``train`` lays each parked run of its queue
 out again in ``--out`` and resumes it bit for bit; a parked copy is dropped once its run is a record::
 
