@@ -6,14 +6,14 @@
 #
 # Lane a: the Melis thesis comparison (experiments/melis_ptb_word.py converged: LSTM and Mogrifier of
 # seeds 0-2, then the tail-averaging LSTM of seeds 0-2; each run trained, tested, its extras run and
-# archived), then the IMM Table 2 protocol: seed 1, two of seed 0's continuations, two of seed 2's. Lane b:
-# SentenceMIM Table 2 at the CPU scale seed by seed (the LSTM and GRU sentence LMs, sMIM, sVAE, AE and the
-# KL-annealed sVAE; after each arm the seed is scored and what ended is archived), then seed 0's IMM baseline
-# trained again (its record kept no weights) with two continuations, then seed 2's baseline and three of its
-# continuations. The split is for the two lanes to take about as long (~22-25 hours of a core each on a
-# 2-core AMD EPYC); a seed's continuations start from its baseline's record, which keeps the weights, and
-# wait for a baseline that the other lane is training (a lane that comes to one not started yet skips them,
-# and the next call of the lane runs them).
+# archived), then the IMM Table 2 protocol: seed 2's baseline and its MLE, noising and IMM continuations, then the
+# rest of seed 1's and seed 2's. Lane b: SentenceMIM Table 2 at the CPU scale seed by seed (the LSTM and GRU sentence
+# LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is scored and what ended is archived), then
+# seed 0's IMM continuations (its baseline is a record with weights), then the rest of seed 1's. The three Table 2
+# rows (MLE, noising, IMM) of every seed come first, the released recipe and its matched control after; the split is
+# for the two lanes to take about as long (~8 hours of a core each on a 2-core Intel Xeon); a seed's continuations
+# start from its baseline's record, which keeps the weights, and wait for a baseline that the other lane is training
+# (a lane that comes to one not started yet skips them, and the next call of the lane runs them).
 #
 # Every step resumes a stopped run from its last checkpoint and skips what ended or is a record
 # (experiments/records/), so the same two commands continue the work after any stop. On a new machine
@@ -25,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 lane=${1:-}
 if [[ $lane != a && $lane != b ]]; then
-  echo "usage: bash scripts/reproduce_converged.sh a|b (the lane: a = Melis, then IMM seed 1 and parts of seeds 0 and 2; b = SentenceMIM, then IMM seeds 0 and 2)" >&2
+  echo "usage: bash scripts/reproduce_converged.sh a|b (the lane: a = Melis, then IMM seed 2 and half of seed 1; b = SentenceMIM, then IMM seed 0 and half of seed 1)" >&2
   exit 2
 fi
 [[ -x .venv/bin/python ]] || bash scripts/setup.sh dev
@@ -48,7 +48,6 @@ imm() {  # the IMM Table 2 protocol for one seed: baseline to early stopping, th
     --arms "$@" --jobs 1
   step python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
 }
-ARMS=(none noising imm-positions-8 imm-released-positions-8 none-halve-reload)
 
 if [[ $lane == a ]]; then
   for seed in 0 1 2; do
@@ -57,9 +56,10 @@ if [[ $lane == a ]]; then
   for seed in 0 1 2; do
     step python experiments/melis_ptb_word.py converged --arms lstm-tail --seeds "$seed"
   done
-  imm 1 "${ARMS[@]}"
-  imm 0 noising imm-positions-8
-  imm 2 none-halve-reload imm-released-positions-8
+  imm 2 none noising imm-positions-8
+  imm 1 imm-positions-8
+  imm 2 imm-released-positions-8 none-halve-reload
+  imm 1 none-halve-reload
 else
   for seed in 0 1 2; do
     for arm in sentence-lstm gru-lm smim svae ae svae-kl; do
@@ -68,7 +68,9 @@ else
         --sentences 0 --proposal-floors -4 --archive
     done
   done
-  imm 0 imm-released-positions-8 none-halve-reload --retrain-baselines
-  imm 2 none noising imm-positions-8
+  imm 0 none noising imm-positions-8
+  imm 1 noising
+  imm 0 imm-released-positions-8 none-halve-reload
+  imm 1 imm-released-positions-8
 fi
 echo "[$(date -u +%FT%TZ)] lane $lane: every step has run" >&2
