@@ -49,11 +49,18 @@ ended (its latest step checkpoint, its best weights once and small files, 10.8 M
 out again in ``--out`` and resumes it bit for bit; a parked copy is dropped once its run is a record::
 
     python experiments/imm_ptb_table2_converged.py park --out runs/imm-ptb-table2-converged
+
+"From the same checkpoint" is checked, not assumed: a continuation's job record keeps the sha256 of the
+weights its ``run.init_from`` held when it started, and its record the same at archiving
+(``continued_from``). A baseline trained again is another run (on another CPU kind it diverges within
+the first epoch), so ``train`` trains again every continuation recorded from other weights than its
+seed's baseline holds now (its record replaced), and ``table`` leaves such a run out, saying so.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -178,6 +185,46 @@ def has_best(run: Path) -> bool:
     return (run / "checkpoints" / "best" / "model.safetensors").is_file()
 
 
+def weights_sha256(run: Path) -> str | None:
+    """The sha256 of the best weights of ``run`` (a run directory or a record that kept them); None
+    without them."""
+    path = run / "checkpoints" / "best" / "model.safetensors"
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def init_from(command: list[str] | str) -> Path | None:
+    """The ``run.init_from`` of a train command (a list, or the string a job record keeps)."""
+    words = command.split() if isinstance(command, str) else command
+    found = [word.split("=", 1)[1] for word in words if word.startswith("run.init_from=")]
+    return Path(found[-1]) if found else None
+
+
+def started_from(record: Path) -> set[str]:
+    """The sha256s of the weights that the run ``record`` (a record, or a run directory of the driver's) was
+    continued from: its job records' (taken at each start) and its ``continued_from`` (taken at
+    archiving); empty for a baseline or a run older than them."""
+    if (record / "record.json").is_file():
+        known = json.loads((record / "record.json").read_text())
+    else:  # a run directory: the job records of the driver's calls beside it
+        known = {"jobs": [job for job in read_jsonl(record.parent / "jobs.jsonl") if job.get("run") == record.name]}
+    shas = {job["init_sha256"] for job in known.get("jobs", []) if job.get("init_sha256")}
+    if known.get("continued_from", {}).get("model_sha256"):
+        shas.add(known["continued_from"]["model_sha256"])
+    return shas
+
+
+def stale(record: Path, baseline_sha: str | None) -> bool:
+    """The recorded continuation started from other weights than ``baseline_sha`` (its seed's baseline
+    now); False when either side is unknown."""
+    return baseline_sha is not None and bool(started_from(record) - {baseline_sha})
+
+
 Scoring = list[tuple[Path, subprocess.Popen[bytes]]]
 
 
@@ -230,6 +277,19 @@ def run_jobs(
     weighted = {name for name in recorded if records is not None and kept_weights(records / name)}
     if retrain:
         recorded -= {job.name for job in jobs if job.arm == "baseline" and job.name not in weighted}
+    for job in jobs:  # a continuation recorded from other weights than its baseline's now: not the protocol's
+        source = init_from(job.command)
+        if (
+            records is not None
+            and job.name in recorded
+            and source
+            and stale(records / job.name, weights_sha256(source))
+        ):
+            print(
+                f"{job.name}: its record continued other weights than {source}'s; training it again",
+                file=sys.stderr,
+            )
+            recorded.discard(job.name)
     pending = [job for job in jobs if not finished(out / job.name) and job.name not in recorded]
 
     def elsewhere(name: str | None) -> bool:  # trained now by another call (the other lane)
@@ -298,6 +358,9 @@ def run_jobs(
             pending.remove(job)
             job.started = time.time()
             job.record = {"run": job.name, "arm": job.arm, "seed": job.seed, "command": " ".join(job.command)}
+            source = init_from(job.command)
+            if source is not None and weights_sha256(source):  # what "from the same checkpoint" is checked by
+                job.record["init_sha256"] = weights_sha256(source)
             with (
                 (out / f"{job.name}.train.out").open("wb") as stdout,
                 (out / f"{job.name}.train.err").open("wb") as err,
@@ -517,8 +580,12 @@ def archive_ended(run: Path, records: Path, jobs: list[dict[str, Any]]) -> None:
         return
     jobs = [job for job in jobs if job.get("run") == run.name]
     weights = run.name.startswith("baseline-") and has_best(run)
+    meta: dict[str, Any] = {"jobs": jobs}
+    source = init_from([job["command"] for job in jobs][-1]) if jobs else None
+    if source is not None and weights_sha256(source):
+        meta["continued_from"] = {"init_from": str(source), "model_sha256": weights_sha256(source)}
     try:
-        target = archive_run(run, records, {"jobs": jobs}, weights=weights)
+        target = archive_run(run, records, meta, weights=weights)
     except InfolmError as failure:
         raise SystemExit(str(failure)) from None
     print(f"{run.name}: archived in {target}", file=sys.stderr)
@@ -529,8 +596,13 @@ def cmd_table(args: argparse.Namespace) -> None:
     arms = ["baseline", *ARMS]
     numbers: dict[str, list[tuple[int, dict[str, Any]]]] = {arm: [] for arm in arms}
     folders = [out, *(Path(folder) for folder in args.records)]
-    for run in runs_and_records(folders, lambda path: "-s" in path.name):
+    found_runs = runs_and_records(folders, lambda path: "-s" in path.name)
+    baselines = {run.name: weights_sha256(run) for run in found_runs if run.name.startswith("baseline-")}
+    for run in found_runs:
         arm, seed = run.name.rsplit("-s", 1)
+        if arm != "baseline" and stale(run, baselines.get(f"baseline-s{seed}")):
+            print(f"left out: {run.name} continued other weights than baseline-s{seed}'s", file=sys.stderr)
+            continue
         found = run_numbers(run)
         if arm in numbers and found is not None:
             numbers[arm].append((int(seed), found))

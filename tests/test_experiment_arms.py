@@ -845,6 +845,74 @@ def test_imm_driver_continues_from_a_baseline_record_that_kept_its_weights(tmp_p
     assert sorted(path.name for path in new.iterdir() if path.is_dir()) == ["noising-s0"]  # the others are records
 
 
+def test_imm_driver_trains_again_a_continuation_of_other_weights_than_its_baseline(tmp_path: Path, capsys) -> None:
+    """That continuations start from the same checkpoint is checked: a continuation's job record and
+    record keep the sha256 of the weights it started from; once its seed's baseline holds other weights
+    (trained again), ``train`` trains the continuation again and ``table`` leaves its record out, while a
+    continuation of the baseline's weights stays a record."""
+    module = experiment("imm_ptb_table2_converged")
+    out, records = tmp_path / "out", tmp_path / "records"
+
+    def run_dir(name: str, weights: bytes | None, ppl: float) -> Path:
+        run = out / name
+        run.mkdir(parents=True)
+        if weights is not None:
+            (run / "checkpoints" / "best").mkdir(parents=True)
+            (run / "checkpoints" / "best" / "model.safetensors").write_bytes(weights)
+            (run / "vocab.json").write_text('["<unk>"]')
+        log = [{"step": 1, "epoch": 1, "split": "valid", "loss": math.log(ppl)}, {"step": 1, "elapsed": 30.0}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+        (run / "train-summary.json").write_text(json.dumps({"epoch": 1, "early_stopped": True}))
+        for split in ("valid", "test"):
+            (run / f"eval-{split}.json").write_text(json.dumps({"ppl": ppl}))
+        return run
+
+    run_dir("baseline-s0", b"first baseline", 92.0)
+    base = out / "baseline-s0"
+    for name, ppl in (("none-s0", 89.0), ("noising-s0", 88.0)):
+        run_dir(name, b"a continuation", ppl)
+        command = module.train_command(out, name.rsplit("-s", 1)[0], 0, [], base)
+        line = {"run": name, "command": " ".join(command), "init_sha256": module.weights_sha256(base)}
+        with (out / "jobs.jsonl").open("a") as handle:
+            handle.write(json.dumps(line) + "\n")
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(tmp_path / "parked")))
+    first = module.weights_sha256(records / "baseline-s0")
+    assert first == module.weights_sha256(base) and first is not None
+    known = json.loads((records / "none-s0" / "record.json").read_text())
+    assert known["continued_from"] == {"init_from": str(base), "model_sha256": first}
+    assert module.started_from(records / "none-s0") == {first}
+    # the baseline trained again (another CPU: other weights); noising continued it again, none did not
+    shutil.rmtree(out)
+    run_dir("baseline-s0", b"baseline trained again", 91.0)
+    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(tmp_path / "parked")))
+    again = module.weights_sha256(records / "baseline-s0")
+    assert again != first
+    noising = json.loads((records / "noising-s0" / "record.json").read_text())
+    noising["jobs"][0]["init_sha256"] = noising["continued_from"]["model_sha256"] = again
+    (records / "noising-s0" / "record.json").write_text(json.dumps(noising))
+    shutil.rmtree(out)
+    out.mkdir()
+    module.cmd_table(argparse.Namespace(out=str(out), records=[str(records)], png=""))
+    printed = capsys.readouterr()
+    assert "left out: none-s0 continued other weights than baseline-s0's" in printed.err
+    assert not any(row.startswith("| none |") for row in printed.out.splitlines())
+    assert any(row.startswith("| noising |") for row in printed.out.splitlines())
+
+    def job(name: str) -> object:
+        code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
+        if name.startswith("baseline"):
+            return module.Job(name, "baseline", 0, [sys.executable, "-c", code, str(out / name)])
+        command = [sys.executable, "-c", code, str(out / name), f"run.init_from={records / 'baseline-s0'}"]
+        return module.Job(name, name.rsplit("-s", 1)[0], 0, command, after="baseline-s0")
+
+    jobs = [job("baseline-s0"), job("none-s0"), job("noising-s0")]
+    module.run_jobs(jobs, 1, math.inf, out, out / "jobs.jsonl", records=records)
+    assert sorted(path.name for path in out.iterdir() if path.is_dir()) == ["none-s0"]  # noising is a record
+    assert "none-s0: its record continued other weights than" in capsys.readouterr().err
+    started = module.read_jsonl(out / "jobs.jsonl")
+    assert [line["init_sha256"] for line in started] == [again]  # the job record keeps what it started from
+
+
 def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Path) -> None:
     """``park`` keeps the runs that have not ended (not those that have), the next ``train`` lays a
     parked run of its queue out again where none is, and a parked copy goes once its run is a record."""
