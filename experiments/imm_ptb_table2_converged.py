@@ -266,7 +266,7 @@ def run_jobs(
     """Run ``jobs`` ``slots`` at a time in dependency order; terminate what runs at ``deadline``.
     ``from_cut``: a job also starts after a run that was cut but has best weights. Unless
     ``induced_tokens`` is None, a run that ends by itself is scored at once, its scoring taking a slot
-    before the next training job does (a queue longer than a working session still leaves its numbers).
+    before the next training job does (a queue that outlives its machine still leaves the numbers of what ended).
     A job whose run ended as a record in ``records`` is done; one that needs the weights of a run that
     is only a record without weights is skipped with a line saying so. With ``keep``, a run that ended by
     itself is archived in ``records`` as soon as both its scores are kept (a machine lost mid-queue keeps
