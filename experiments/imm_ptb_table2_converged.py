@@ -60,7 +60,6 @@ seed's baseline holds now (its record replaced), and ``table`` leaves such a run
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -75,7 +74,14 @@ from typing import Any
 
 from infolm.errors import InfolmError
 from infolm.report import format_mean_std as mean_std
-from infolm.training.records import archive_run, park_run, record_weights, runs_and_records, unpark_run
+from infolm.training.records import (
+    archive_run,
+    park_run,
+    record_weights,
+    runs_and_records,
+    sha256_file,
+    unpark_run,
+)
 from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,13 +195,7 @@ def weights_sha256(run: Path) -> str | None:
     """The sha256 of the best weights of ``run`` (a run directory or a record that kept them); None
     without them."""
     path = run / "checkpoints" / "best" / "model.safetensors"
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path) if path.is_file() else None
 
 
 def init_from(command: list[str] | str) -> Path | None:
@@ -277,18 +277,15 @@ def run_jobs(
     weighted = {name for name in recorded if records is not None and kept_weights(records / name)}
     if retrain:
         recorded -= {job.name for job in jobs if job.arm == "baseline" and job.name not in weighted}
+    baseline_shas: dict[Path, str | None] = {}  # each baseline hashed once
     for job in jobs:  # a continuation recorded from other weights than its baseline's now: not the protocol's
         source = init_from(job.command)
-        if (
-            records is not None
-            and job.name in recorded
-            and source
-            and stale(records / job.name, weights_sha256(source))
-        ):
-            print(
-                f"{job.name}: its record continued other weights than {source}'s; training it again",
-                file=sys.stderr,
-            )
+        if records is None or job.name not in recorded or source is None:
+            continue
+        if source not in baseline_shas:
+            baseline_shas[source] = weights_sha256(source)
+        if stale(records / job.name, baseline_shas[source]):
+            print(f"{job.name}: its record continued other weights than {source}'s; training it again", file=sys.stderr)
             recorded.discard(job.name)
     pending = [job for job in jobs if not finished(out / job.name) and job.name not in recorded]
 
@@ -359,8 +356,9 @@ def run_jobs(
             job.started = time.time()
             job.record = {"run": job.name, "arm": job.arm, "seed": job.seed, "command": " ".join(job.command)}
             source = init_from(job.command)
-            if source is not None and weights_sha256(source):  # what "from the same checkpoint" is checked by
-                job.record["init_sha256"] = weights_sha256(source)
+            sha = weights_sha256(source) if source is not None else None
+            if sha:  # what "from the same checkpoint" is checked by
+                job.record["init_sha256"] = sha
             with (
                 (out / f"{job.name}.train.out").open("wb") as stdout,
                 (out / f"{job.name}.train.err").open("wb") as err,
@@ -581,9 +579,10 @@ def archive_ended(run: Path, records: Path, jobs: list[dict[str, Any]]) -> None:
     jobs = [job for job in jobs if job.get("run") == run.name]
     weights = run.name.startswith("baseline-") and has_best(run)
     meta: dict[str, Any] = {"jobs": jobs}
-    source = init_from([job["command"] for job in jobs][-1]) if jobs else None
-    if source is not None and weights_sha256(source):
-        meta["continued_from"] = {"init_from": str(source), "model_sha256": weights_sha256(source)}
+    source = init_from(jobs[-1]["command"]) if jobs else None
+    sha = weights_sha256(source) if source is not None else None
+    if sha:
+        meta["continued_from"] = {"init_from": str(source), "model_sha256": sha}
     try:
         target = archive_run(run, records, meta, weights=weights)
     except InfolmError as failure:

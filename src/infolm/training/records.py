@@ -151,13 +151,14 @@ def archive_run(
             shutil.copy2(path, staging / "checkpoints" / "best" / path.name)
         shutil.copy2(run / "vocab.json", staging / "vocab.json")
         names = [f"checkpoints/best/{path.name}" for path in kept_weights] + ["vocab.json"]
-        known["weights"] = {"files": names, "sha256": {name: _sha256(staging / name) for name in names}}
+        known["weights"] = {"files": names, "sha256": {name: sha256_file(staging / name) for name in names}}
     write_json_atomic(staging / RECORD, known | (meta or {}))
     _replace_dir(staging, target)
     return target
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The sha256 of the file at ``path``, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -180,7 +181,7 @@ def record_weights(record: str | Path) -> Path | None:
         return None
     for name, digest in dict(known.get("sha256") or {}).items():
         path = record / name
-        if not path.is_file() or _sha256(path) != digest:
+        if not path.is_file() or sha256_file(path) != digest:
             raise InfolmError(f"{path}: missing or not the file archived with the record (sha256)")
     if not known.get("sha256") or not (record / "checkpoints" / "best" / WEIGHT_FILES[0]).is_file():
         raise InfolmError(f"{record}: its record names no weights it keeps")
@@ -224,7 +225,7 @@ def park_run(run: str | Path, folder: str | Path) -> Path:
     for path, name in copies:
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, staging / name)
-    files = {name: _sha256(staging / name) for _, name in copies}
+    files = {name: sha256_file(staging / name) for _, name in copies}
     write_json_atomic(
         staging / PARKED,
         {"source": str(run.resolve()), "latest": latest.name, "files": files, "best_as_latest": shared},
@@ -237,7 +238,7 @@ def _same_weights(a: Path, b: Path) -> bool:
     """Whether two weight files hold the same tensors under the same names: the same bytes, or files
     that differ only in how a tied tensor was named (the best weights are written from the evaluation
     copy, the step checkpoint from the training one). A file safetensors cannot read is no match."""
-    if _sha256(a) == _sha256(b):
+    if sha256_file(a) == sha256_file(b):
         return True
     import torch
     from safetensors import safe_open
@@ -276,7 +277,7 @@ def unpark_run(parked: str | Path, out: str | Path) -> Path | None:
     shutil.rmtree(staging, ignore_errors=True)
     for name, digest in known["files"].items():
         source = parked / name
-        if not source.is_file() or _sha256(source) != digest:
+        if not source.is_file() or sha256_file(source) != digest:
             shutil.rmtree(staging, ignore_errors=True)
             raise InfolmError(f"{source}: missing or not the file that was parked (sha256)")
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
