@@ -679,3 +679,35 @@ def test_carried_state_feeds_the_last_i_plus_1_tokens_from_the_row_state() -> No
             assert torch.allclose(induced, primary, atol=1e-12)
     model.train()
     assert math.isclose(loss.item(), torch.stack(terms).mean().item(), rel_tol=1e-9)
+
+
+def test_imm_gradient_is_clipped_before_lambda_scales_it(tmp_path: Any) -> None:
+    """Alg. 1 line 9 with App. D.2: the step adds λ·clip(∇IMM, c) to the clipped main gradient. With
+    both clips acting, the steps at λ and 2λ (same batch, samples and dropout) differ by λ·c in norm and
+    the main part left over has norm c; clipping λ∇IMM instead would make the two steps equal."""
+    from infolm.build import build_trainer
+    from infolm.config import load_config
+
+    clip, lam = 1e-4, 0.3  # far below both raw gradient norms: both clips act
+
+    def gradient(weight: float) -> Tensor:
+        imm = f"{{weight: {weight}, k: 2, j: 1, positions_per_batch: 4, context_window: 5, clip: {clip}}}"
+        config = load_config("configs/tiny.yaml", [f"run.dir={tmp_path}", f"train.clip={clip}", f"objective.imm={imm}"])
+        trainer, _ = build_trainer(config)
+        torch.manual_seed(7)  # the same dropout masks and IMM samples at both weights
+        trainer.train_step(trainer.batches.next_batch())
+        return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).double()
+
+    once, twice = gradient(lam), gradient(2 * lam)
+    imm_part = twice - once  # λ·clip(∇IMM, c)
+    assert float(imm_part.norm()) == pytest.approx(lam * clip, rel=1e-4)
+    assert float((once - imm_part).norm()) == pytest.approx(clip, rel=1e-4)  # clip(∇MLE, c)
+
+
+def test_composite_scales_a_terms_clip_by_its_weight() -> None:
+    stream = make_stream()
+    model = TinyLSTM()
+    imm = make_imm(stream, model, weight=0.5, realization="replay", k=2, j=1, clip=0.7)
+    batch = windows(stream)[0]
+    terms = Composite({"mle": TinyMLE(), "imm": imm})(model, batch, model(batch.inputs))
+    assert terms.clip_groups == {"imm": pytest.approx(0.35)}  # clip(0.5·∇, 0.35) = 0.5·clip(∇, 0.7)

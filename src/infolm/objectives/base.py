@@ -29,7 +29,9 @@ class Terms:
 
     ``losses`` are differentiable scalars (already weighted in a Composite); ``metrics`` are floats
     to log. ``clip_groups`` maps a loss name to its own gradient-clip norm: the trainer back-propagates
-    such a loss separately and clips its gradient on its own (IMM, App. D.2).
+    such a loss separately and clips its gradient on its own (IMM, App. D.2). A term gives the norm of
+    its unweighted gradient; the Composite scales it by the term's weight, so that the step adds
+    weight x clip(gradient), not clip(weight x gradient).
     """
 
     losses: dict[str, Tensor] = dataclasses.field(default_factory=dict)
@@ -128,7 +130,9 @@ class Composite(Objective):
                 out.losses[key] = weight * loss
                 out.metrics[key] = float(loss.detach())
             out.metrics.update(terms.metrics)
-            out.clip_groups.update(terms.clip_groups)
+            # A separately clipped term is clipped before its weight scales it, Alg. 1 line 9 with App. D.2:
+            # clip(λ∇, λc) = λ·clip(∇, c). Clipping λ∇ at c instead would make λ moot whenever the clip acts.
+            out.clip_groups.update({key: weight * clip for key, clip in terms.clip_groups.items()})
             out.tokens = max(out.tokens, terms.tokens)
             if terms.state is not None:
                 out.state = terms.state

@@ -86,7 +86,7 @@ class IMMConfig:
     j: int = 5  # k-sample IMM every j-th step, 1-sample IMM otherwise (App. D.2: j=5)
     restricted_order: int = 2  # order n of the restricted n-gram; short context = n-1 previous tokens (Sec. 6: bigram)
     method: str = "modified-kn"  # smoothing of the restricted n-gram (Sec. 6: modified Kneser-Ney)
-    clip: float = 0.25  # gradient-norm clip of the IMM gradient, applied apart from the main one (App. D.2); 0: off
+    clip: float = 0.25  # norm clip of ∇IMM apart from the main gradient, before λ scales it (App. D.2, Alg. 1); 0: off
     # replay (fresh samples, Eq. 15) | carried-state (fresh samples fed as the released code feeds them) |
     # state-bank | in-batch (opt-in approximations)
     realization: str = "replay"

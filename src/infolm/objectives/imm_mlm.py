@@ -38,7 +38,7 @@ class IMMMLMConfig:
     weight: float = 0.2  # λ (IMM App. D.2: 0.2 in all language-modelling experiments)
     k: int = 5  # extended contexts per location, every minibatch (App. D.2: k = 5 for BERT)
     method: str = "modified-kn"  # smoothing of the restricted bigram (App. D.2: Kneser-Ney bigram)
-    clip: float = 1.0  # gradient-norm clip of the IMM gradient, apart from the main one (App. D.2; BERT clips at 1)
+    clip: float = 1.0  # norm clip of ∇IMM apart from the main gradient, before λ scales it (App. D.2; BERT clips at 1)
     positions_per_batch: int = 0  # locations per batch, drawn uniformly (0: every location, as App. D.2)
     sample_chunk: int = 5  # samples per crosstalk pass (App. C.2): memory grows with this; >= k: plain autograd
 
