@@ -6,12 +6,12 @@
 #
 # Lane a: the Melis thesis comparison (experiments/melis_ptb_word.py converged: LSTM and Mogrifier of
 # seeds 0-2, then the tail-averaging LSTM of seeds 0-2; each run trained, tested, its extras run and
-# archived), then the IMM Table 2 protocol: seed 2's baseline and its MLE, noising and IMM continuations, then the
-# rest of seed 1's and seed 2's. Lane b: SentenceMIM Table 2 at the CPU scale seed by seed (the LSTM and GRU sentence
-# LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is scored and what ended is archived), then
-# seed 0's IMM continuations (its baseline is a record with weights), then the rest of seed 1's. The three Table 2
-# rows (MLE, noising, IMM) of every seed come first, the released recipe and its matched control after; the split is
-# for the two lanes to take about as long (~8 hours of a core each on a 2-core Intel Xeon); a seed's continuations
+# archived), then the IMM Table 2 protocol: seed 2's baseline and its MLE and noising continuations, the IMM
+# continuations of seeds 0 and 2, then the rest of seed 2's and seed 1's. Lane b: SentenceMIM Table 2 at the CPU scale
+# seed by seed (the LSTM and GRU sentence LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is
+# scored and what ended is archived), then seed 0's MLE and noising continuations (its baseline is a record with
+# weights), seed 1's IMM, then the rest of seeds 0 and 1. The three Table 2 rows (MLE, noising, IMM) of every seed
+# come first, the released recipe and its matched control after; a seed's continuations
 # start from its baseline's record, which keeps the weights, and wait for a baseline that the other lane is training
 # (a lane that comes to one not started yet skips them, and the next call of the lane runs them).
 #
@@ -56,8 +56,9 @@ if [[ $lane == a ]]; then
   for seed in 0 1 2; do
     step python experiments/melis_ptb_word.py converged --arms lstm-tail --seeds "$seed"
   done
-  imm 2 none noising imm-positions-8
-  imm 1 imm-positions-8
+  imm 2 none noising
+  imm 0 imm-positions-8
+  imm 2 imm-positions-8
   imm 2 imm-released-positions-8 none-halve-reload
   imm 1 none-halve-reload
 else
@@ -68,8 +69,8 @@ else
         --sentences 0 --proposal-floors -4 --archive
     done
   done
-  imm 0 none noising imm-positions-8
-  imm 1 noising
+  imm 0 none noising
+  imm 1 noising imm-positions-8
   imm 0 imm-released-positions-8 none-halve-reload
   imm 1 imm-released-positions-8
 fi
