@@ -690,18 +690,21 @@ def test_imm_gradient_is_clipped_before_lambda_scales_it(tmp_path: Any) -> None:
 
     clip, lam = 1e-4, 0.3  # far below both raw gradient norms: both clips act
 
+    logged: list[float] = []
+
     def gradient(weight: float) -> Tensor:
         imm = f"{{weight: {weight}, k: 2, j: 1, positions_per_batch: 4, context_window: 5, clip: {clip}}}"
         config = load_config("configs/tiny.yaml", [f"run.dir={tmp_path}", f"train.clip={clip}", f"objective.imm={imm}"])
         trainer, _ = build_trainer(config)
         torch.manual_seed(7)  # the same dropout masks and IMM samples at both weights
-        trainer.train_step(trainer.batches.next_batch())
+        logged.append(trainer.train_step(trainer.batches.next_batch())["grad_norm_imm"])  # ‖λ∇IMM‖, before its clip
         return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).double()
 
     once, twice = gradient(lam), gradient(2 * lam)
     imm_part = twice - once  # λ·clip(∇IMM, c)
     assert float(imm_part.norm()) == pytest.approx(lam * clip, rel=1e-4)
     assert float((once - imm_part).norm()) == pytest.approx(clip, rel=1e-4)  # clip(∇MLE, c)
+    assert logged[1] == pytest.approx(2 * logged[0], rel=1e-5) and logged[0] > lam * clip  # the clip acted
 
 
 def test_composite_scales_a_terms_clip_by_its_weight() -> None:

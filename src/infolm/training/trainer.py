@@ -334,9 +334,10 @@ class Trainer:
             self._clipped = list(seen.values())
         return self._clipped
 
-    def _backward(self, terms: Terms) -> float:
+    def _backward(self, terms: Terms) -> tuple[float, dict[str, float]]:
         """Back-propagate the main losses (clipped together) and each separately clipped loss; the clips
-        bound the main optimizer's parameters (``clipped_parameters``)."""
+        bound the main optimizer's parameters (``clipped_parameters``). Returns the main gradient's norm
+        and each separate group's, both before clipping."""
         params, clipped = self.parameters(), self.clipped_parameters()
         clip = self.config.train.clip
         separate = {k: v for k, v in terms.clip_groups.items() if k in terms.losses}
@@ -346,17 +347,18 @@ class Trainer:
             (main[0] if len(main) == 1 else torch.stack(main).sum()).backward(retain_graph=retain)
         distributed.average_gradients(params)
         norm = _clip(clipped, clip)
+        group_norms: dict[str, float] = {}
         for index, (name, group_clip) in enumerate(separate.items()):
             saved = [p.grad for p in params]
             for p in params:
                 p.grad = None
             terms.losses[name].backward(retain_graph=index < len(separate) - 1)
             distributed.average_gradients(params)
-            _clip(clipped, group_clip)
+            group_norms[name] = _clip(clipped, group_clip)
             for p, g in zip(params, saved):
                 if g is not None:
                     p.grad = g if p.grad is None else p.grad + g
-        return norm
+        return norm, group_norms
 
     def train_step(self, batch: Batch) -> dict[str, float]:
         """One optimizer step on ``batch`` (this rank's rows); returns the values to log."""
@@ -377,7 +379,7 @@ class Trainer:
             self.state = detach_state(terms.state if terms.state is not None else output.state)
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
-        grad_norm = self._backward(terms)
+        grad_norm, group_norms = self._backward(terms)
         self.schedule.before_update(self.step)
         lr = self.schedule.lr * batch.lr_scale * self.divergence.lr_scale
         for group in self.optimizers[0].param_groups:
@@ -392,6 +394,8 @@ class Trainer:
         if self.averager is not None and not self._diverged and math.isfinite(values["loss"]):
             self.averager.update(self.step)
         values["grad_norm"] = grad_norm
+        for name, group_norm in group_norms.items():  # a weighted term's: its clip acts above weight x clip
+            values[f"grad_norm_{name}"] = group_norm
         values["lr"] = self.schedule.lr
         if self.averager is not None:
             values.update(self.averager.metrics())
