@@ -6,11 +6,11 @@
 #
 # Lane a: the Melis thesis comparison (experiments/melis_ptb_word.py converged: LSTM and Mogrifier of
 # seeds 0-2, then the tail-averaging LSTM of seeds 0-2; each run trained, tested, its extras run and
-# archived), then the IMM Table 2 protocol: seed 2's baseline and its MLE and noising continuations, the IMM
-# continuations of seeds 0 and 2, then the rest of seed 2's and seed 1's. Lane b: SentenceMIM Table 2 at the CPU scale
-# seed by seed (the LSTM and GRU sentence LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is
-# scored and what ended is archived), then seed 0's MLE and noising continuations (its baseline is a record with
-# weights), seed 1's IMM, then the rest of seeds 0 and 1. The three Table 2 rows (MLE, noising, IMM) of every seed
+# archived), then the IMM Table 2 protocol: seed 2's baseline and its MLE and noising continuations, seed 0's IMM
+# continuation, then the rest of seed 2's and seed 1's. Lane b: SentenceMIM Table 2 at the CPU scale seed by seed (the
+# LSTM and GRU sentence LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is scored and what ended
+# is archived), then seed 0's MLE and noising continuations (its baseline is a record with weights), the IMM
+# continuations of seeds 1 and 2, then the rest of seeds 0 and 1. The three Table 2 rows (MLE, noising, IMM) of every seed
 # come first, the released recipe and its matched control after; a seed's continuations
 # start from its baseline's record, which keeps the weights, and wait for a baseline that the other lane is training
 # (a lane that comes to one not started yet skips them, and the next call of the lane runs them).
@@ -58,7 +58,6 @@ if [[ $lane == a ]]; then
   done
   imm 2 none noising
   imm 0 imm-positions-8
-  imm 2 imm-positions-8
   imm 2 imm-released-positions-8 none-halve-reload
   imm 1 none-halve-reload
 else
@@ -71,6 +70,7 @@ else
   done
   imm 0 none noising
   imm 1 noising imm-positions-8
+  imm 2 imm-positions-8
   imm 0 imm-released-positions-8 none-halve-reload
   imm 1 imm-released-positions-8
 fi
