@@ -662,7 +662,7 @@ def cmd_table(args: argparse.Namespace) -> None:
 def plot(per_seed: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
     from infolm.evaluation.plots import new_figure, save_figure
 
-    fig, (axis,) = new_figure()
+    fig, (axis, continued) = new_figure(ncols=2)
     colors = {
         "baseline": "black",
         "none": "tab:blue",
@@ -670,23 +670,26 @@ def plot(per_seed: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
         "imm": "tab:green",
         "imm-positions-8": "tab:red",
         "imm-in-batch": "tab:purple",
+        "imm-released-positions-8": "tab:brown",
+        "none-halve-reload": "tab:cyan",
     }
     for arm, runs in per_seed.items():
         for index, (seed, found) in enumerate(sorted(runs.items())):
             start = 0 if arm == "baseline" else len(per_seed["baseline"].get(seed, {}).get("valid_curve", []))
             curve = found["valid_curve"]
-            axis.plot(
-                range(start + 1, start + len(curve) + 1),
-                curve,
-                color=colors.get(arm, "grey"),
-                label=arm if index == 0 else None,
-                linewidth=1,
-            )
+            style = {"color": colors.get(arm, "grey"), "label": arm if index == 0 else None, "linewidth": 1}
+            axis.plot(range(start + 1, start + len(curve) + 1), curve, **style)
+            if arm != "baseline":  # the right panel: the continuations alone, from the epoch they start
+                continued.plot(range(1, len(curve) + 1), curve, marker=".", **style)
     axis.set_xlabel("epoch")
     axis.set_ylabel("validation perplexity")
     axis.set_yscale("log")
     axis.legend()
     axis.set_title("IMM Table 2 protocol, 2x200 LSTM, PTB")
+    continued.set_xlabel("epoch of the continuation")
+    continued.set_ylabel("validation perplexity")
+    continued.legend()
+    continued.set_title("the continuations from the baselines' best weights")
     save_figure(fig, path)
 
 
