@@ -677,7 +677,11 @@ def plot(per_seed: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
         for index, (seed, found) in enumerate(sorted(runs.items())):
             start = 0 if arm == "baseline" else len(per_seed["baseline"].get(seed, {}).get("valid_curve", []))
             curve = found["valid_curve"]
-            style = {"color": colors.get(arm, "grey"), "label": arm if index == 0 else None, "linewidth": 1}
+            style: dict[str, Any] = {
+                "color": colors.get(arm, "grey"),
+                "label": arm if index == 0 else None,
+                "linewidth": 1,
+            }
             axis.plot(range(start + 1, start + len(curve) + 1), curve, **style)
             if arm != "baseline":  # the right panel: the continuations alone, from the epoch they start
                 continued.plot(range(1, len(curve) + 1), curve, marker=".", **style)
