@@ -1,20 +1,25 @@
-"""How far IMM on a few drawn positions, clipped as the paper clips, stands from the every-position default.
+"""How far a cheaper IMM setting, clipped as the paper clips, stands from the every-position default.
 
-IMM's default sums Eq. 15 over every position of the batch (Eq. 10); ``objective.imm.positions_per_batch=P``
-draws P of them, which has the same expected gradient. The paper clips ∇IMM apart from the main gradient
-before λ weights it (App. D.2, Alg. 1 line 9), and a clip is not linear: the mean of clipped draws is not
-the clipped mean. This script measures by how much, on a trained model's batches, with the IMM term alone:
+IMM's default sums Eq. 15 over every position of the batch (Eq. 10) with fresh replayed samples;
+``objective.imm.positions_per_batch=P`` draws P of them, which has the same expected gradient before
+the clip. The paper clips ∇IMM apart from the main gradient before λ weights it (App. D.2, Alg. 1 line
+9), and a clip is not linear: the mean of clipped draws is not the clipped mean. This script measures,
+on a trained model's batches and with the IMM term alone, the step that SGD averages over steps (the
+expectation over the samples and drawn positions) of the default and of a compared setting (``--arm``:
+IMM config overrides; by default 8 drawn positions):
 
-* per batch, ``--draws-all`` gradients of the default (every position, fresh samples) and ``--draws-drawn``
-  of P drawn positions, each clipped at ``objective.imm.clip`` as the trainer clips it;
-* the mean step of each (the expectation over the samples and the drawn positions that SGD averages
-  over steps), unclipped and clipped: the norm of the drawn one's mean against the default's, and the
-  cosine between them; the cosine between two halves of the draws says how much of a gap is noise, and
-  the ``_denoised`` values remove it (the two halves' means are independent estimates of the same
+* per batch, ``--draws-default`` gradients of the default and ``--draws-arm`` of the compared setting,
+  each also clipped at the default's ``objective.imm.clip`` (the arm's own clip, if it sets one);
+* the norm of the arm's mean step against the default's, and the cosine between them, unclipped and
+  clipped; the cosine between two halves of the draws says how much of a gap is noise, and the
+  ``_denoised`` values remove it (the two halves' means are independent estimates of the same
   expectation, so their dot product estimates its squared norm without the noise's share).
 
+The recurrent state before each batch is carried as the trainer carries it (the in-batch realization
+reads the primary pass). ::
+
     OMP_NUM_THREADS=1 python experiments/imm_positions_clip_bias.py \\
-        experiments/records/imm-ptb-table2-converged/baseline-s0 --json
+        experiments/records/imm-ptb-table2-converged/baseline-s0 --arm positions_per_batch=8 --json
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import math
 import sys
 import tempfile
 import time
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -34,8 +40,8 @@ CONTINUE = "configs/ptb/imm-table2-cpu-continue.yaml"
 
 
 def clipped(gradient: Tensor, clip: float) -> Tensor:
-    """The trainer's norm clip of one group's gradient (torch.nn.utils.clip_grad_norm_'s rule)."""
-    return gradient * min(1.0, clip / (float(gradient.norm()) + 1e-6))
+    """The trainer's norm clip of one group's gradient (torch.nn.utils.clip_grad_norm_'s rule); 0: none."""
+    return gradient if clip <= 0 else gradient * min(1.0, clip / (float(gradient.norm()) + 1e-6))
 
 
 def cosine(a: Tensor, b: Tensor) -> float:
@@ -65,14 +71,42 @@ class Draws:
         return (first + second) / sum(self.count), first / self.count[0], second / self.count[1]
 
 
+def compare(default: Draws, arm: Draws) -> dict[str, float]:
+    row: dict[str, float] = {}
+    for name, draws in (("default", default), ("arm", arm)):
+        norms = torch.tensor(draws.norms)
+        row[f"median_norm_{name}"] = float(norms.median())
+        row[f"clipped_share_{name}"] = float((norms > draws.clip).float().mean()) if draws.clip > 0 else 0.0
+    for kind in ("unclipped", "clipped"):
+        (mean_default, *halves_default), (mean_arm, *halves_arm) = default.means(kind), arm.means(kind)
+        row[f"{kind}_norm_default"] = float(mean_default.norm())
+        row[f"{kind}_norm_ratio"] = float(mean_arm.norm() / mean_default.norm())
+        row[f"{kind}_cosine"] = cosine(mean_default, mean_arm)
+        row[f"{kind}_halves_cosine_default"] = cosine(*halves_default)
+        row[f"{kind}_halves_cosine_arm"] = cosine(*halves_arm)
+        # E[h1 · h2] = ‖μ‖² for independent halves, and E[mean_default · mean_arm] = μ_default · μ_arm
+        square_default = float(halves_default[0] @ halves_default[1])
+        square_arm = float(halves_arm[0] @ halves_arm[1])
+        positive = square_default > 0 and square_arm > 0
+        row[f"{kind}_norm_ratio_denoised"] = math.sqrt(square_arm / square_default) if positive else math.nan
+        cross = float(mean_default @ mean_arm)
+        row[f"{kind}_cosine_denoised"] = cross / math.sqrt(square_default * square_arm) if positive else math.nan
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a trained run (or record with weights) of configs/ptb/imm-table2-cpu.yaml")
-    parser.add_argument("--positions", type=int, default=8, help="P, the positions drawn per batch")
+    parser.add_argument(
+        "--arm",
+        nargs="+",
+        default=["positions_per_batch=8"],
+        help="objective.imm overrides of the compared setting (KEY=VALUE, e.g. realization=in-batch clip=0)",
+    )
     parser.add_argument("--k", type=int, default=1, help="samples per short context (1: the 1-sample steps, 4 of 5)")
-    parser.add_argument("--batches", type=int, default=4, help="training batches measured, spread over the epoch")
-    parser.add_argument("--draws-all", type=int, default=16, help="gradient draws of the default per batch")
-    parser.add_argument("--draws-drawn", type=int, default=512, help="gradient draws of P positions per batch")
+    parser.add_argument("--batches", type=int, default=3, help="training batches measured, spread over the epoch")
+    parser.add_argument("--draws-default", type=int, default=32, help="gradient draws of the default per batch")
+    parser.add_argument("--draws-arm", type=int, default=1024, help="gradient draws of the compared setting per batch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -82,73 +116,58 @@ def main() -> None:
     from infolm.data.batch import Batch
     from infolm.errors import InfolmError
 
+    if args.draws_default < 2 or args.draws_arm < 2 or args.batches < 1 or args.k < 1:
+        sys.exit("imm_positions_clip_bias: --draws-default and --draws-arm need 2 or more, --batches and --k 1 or more")
     start = time.perf_counter()
-    imm = f"{{weight: 0.2, k: {args.k}, j: 5, restricted_order: 2, sample_chunk: {max(args.k, 1)}}}"
+    imm = f"{{weight: 0.2, k: {args.k}, j: 5, restricted_order: 2, sample_chunk: {args.k}}}"
+    terms = {}
     with tempfile.TemporaryDirectory() as scratch:
-        config = load_config(CONTINUE, [f"run.dir={scratch}", f"objective.imm={imm}"])
-        trainer, corpus = build_trainer(config)
         try:
+            for name, extra in (("default", []), ("arm", [f"objective.imm.{item}" for item in args.arm])):
+                config = load_config(CONTINUE, [f"run.dir={scratch}", f"objective.imm={imm}", *extra])
+                trainer, corpus = build_trainer(config)
+                terms[name] = trainer.objective.term("imm")
             init_weights(trainer.model, args.run, corpus)
         except InfolmError as failure:
             sys.exit(f"imm_positions_clip_bias: {failure}")
-    model = trainer.model
-    term = trainer.objective.term("imm")
-    clip = float(term.config.clip)
+    model = trainer.model  # the arm's trainer: its batches and model, each term set up on the same corpus
     params = [p for p in model.parameters() if p.requires_grad]
     step = 0 if args.k > 1 else 1  # batch.step % j == 0 selects k samples, any other step 1
 
-    def draw(batch: Batch) -> Tensor:  # one gradient of the IMM term alone (λ not applied), flattened
+    def draw(term: Any, batch: Batch) -> Tensor:  # one gradient of the IMM term alone (λ not applied), flattened
         output = model(batch.inputs, batch.state)
         loss = term(model, batch, output).losses["imm"]
         return torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
 
     torch.manual_seed(args.seed)
     model.train()
-    spacing = max(1, len(corpus.stream("train")) // (config.data.batch_size * config.data.bptt) // args.batches)
+    per_epoch = len(corpus.stream("train")) // (config.data.batch_size * config.data.bptt)
+    spacing = max(1, per_epoch // args.batches)
     rows = []
-    batch = None
+    state: Any = None
+    previous: Any = None
     for index in range(args.batches):
-        for _ in range(spacing if index else 1):
+        for _ in range(spacing):  # the state carried into the measured batch, as the trainer carries it
             batch = trainer.batches.next_batch()
-        assert batch is not None
-        batch = dataclasses.replace(batch, step=step)
-        every, drawn = Draws(clip), Draws(clip)
-        term.config.positions_per_batch = 0
-        for _ in range(args.draws_all):
-            every.add(draw(batch))
-        term.config.positions_per_batch = args.positions
-        for _ in range(args.draws_drawn):
-            drawn.add(draw(batch))
-        row: dict[str, float] = {"batch": index}
-        for name, draws in (("every", every), ("drawn", drawn)):
-            norms = torch.tensor(draws.norms)
-            row[f"median_norm_{name}"] = float(norms.median())
-            row[f"clipped_share_{name}"] = float((norms > clip).float().mean())
-        for kind in ("unclipped", "clipped"):
-            (mean_every, *halves_every), (mean_drawn, *halves_drawn) = every.means(kind), drawn.means(kind)
-            row[f"{kind}_norm_every"] = float(mean_every.norm())
-            row[f"{kind}_norm_ratio"] = float(mean_drawn.norm() / mean_every.norm())
-            row[f"{kind}_cosine"] = cosine(mean_every, mean_drawn)
-            row[f"{kind}_halves_cosine_every"] = cosine(*halves_every)
-            row[f"{kind}_halves_cosine_drawn"] = cosine(*halves_drawn)
-            # without the noise of a finite number of draws: the halves are independent, so
-            # E[h1 · h2] = ‖μ‖² and E[mean_every · mean_drawn] = μ_every · μ_drawn
-            square_every = float(halves_every[0] @ halves_every[1])
-            square_drawn = float(halves_drawn[0] @ halves_drawn[1])
-            positive = square_every > 0 and square_drawn > 0
-            row[f"{kind}_norm_ratio_denoised"] = math.sqrt(square_drawn / square_every) if positive else math.nan
-            denoised = float(mean_every @ mean_drawn) / math.sqrt(square_every * square_drawn) if positive else math.nan
-            row[f"{kind}_cosine_denoised"] = denoised
+            assert batch is not None
+            with torch.no_grad():
+                previous, state = state, model(batch.inputs, state).state
+        batch = dataclasses.replace(batch, step=step, state=previous)
+        default, arm = Draws(float(terms["default"].config.clip)), Draws(float(terms["arm"].config.clip))
+        for _ in range(args.draws_default):
+            default.add(draw(terms["default"], batch))
+        for _ in range(args.draws_arm):
+            arm.add(draw(terms["arm"], batch))
+        row = {"batch": float(index), **compare(default, arm)}
         rows.append(row)
         if not args.json:
-            print(json.dumps({key: round(value, 4) for key, value in row.items()}))
+            print(json.dumps({key: round(value, 4) for key, value in row.items()}), flush=True)
     report = {
         "run": args.run,
-        "positions": args.positions,
+        "arm": args.arm,
         "k": args.k,
-        "clip": clip,
-        "draws_all": args.draws_all,
-        "draws_drawn": args.draws_drawn,
+        "draws_default": args.draws_default,
+        "draws_arm": args.draws_arm,
         "rows": rows,
         "wall_s": round(time.perf_counter() - start, 1),
     }
