@@ -8,7 +8,9 @@ perplexity of each model's induced bigram (Table 1). Per seed:
 * ``none``             ``configs/ptb/imm-table2-cpu-continue.yaml`` from the baseline's best weights (MLE);
 * ``noising``          the same with Xie et al.'s KN-bigram noising in place of MLE;
 * ``imm``              the same with MLE + IMM, the faithful default (fresh samples at every position);
-* ``imm-positions-8``  IMM on 8 positions drawn per batch (the opt-in approximation; same expected gradient);
+* ``imm-positions-8``  IMM on 8 positions drawn per batch (the opt-in approximation; same expected gradient
+  before the clip, about a third of the default's mean step after it);
+* ``imm-positions-8-unclipped``  the same with ∇IMM unclipped (the default's mean step again, noisier);
 * ``imm-in-batch``     IMM at every position with the batch's own positions as the samples (opt-in);
 * ``none-lr5``, ``imm-positions-8-lr5``  ``none`` and ``imm-positions-8`` continued at the baseline's last
   learning rate (5) instead of the reset to half the initial one (not the paper's; a second rate);
@@ -100,6 +102,11 @@ ARMS: dict[str, list[str]] = {
     "noising": ["~objective.mle", "objective={noising: {weight: 1.0, gamma0: 0.2, mode: bigram-kn}}"],
     "imm": [IMM],
     "imm-positions-8": [IMM, "objective.imm.positions_per_batch=8"],
+    # Not the paper's clip: 8 drawn positions with ∇IMM unclipped. The paper's clip (0.25) acts on every
+    # 1-sample step of 8 positions (‖∇IMM‖ ~0.8) and shrinks their mean step to about a third of the
+    # every-position default's, which it barely clips (experiments/imm_positions_clip_bias.py); unclipped,
+    # the drawn positions' mean step is the default's before its clip again, at the price of noisier steps.
+    "imm-positions-8-unclipped": [IMM, "objective.imm.positions_per_batch=8", "objective.imm.clip=0"],
     "imm-in-batch": [IMM, "objective.imm.realization=in-batch"],
     # Not the paper's: the continuation at the baseline's last learning rate (5, after two plateau decays
     # from 20) instead of the reset to 10, which lifted IMM's validation perplexity from 99 to 113.
@@ -124,6 +131,7 @@ PAPER = {
     "noising": (76.7, 73.9, None),
     "imm": (76.0, 73.3, 278.48),
     "imm-positions-8": None,
+    "imm-positions-8-unclipped": None,
     "imm-in-batch": None,
     "none-lr5": None,
     "imm-positions-8-lr5": None,
@@ -669,6 +677,7 @@ def plot(per_seed: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
         "noising": "tab:orange",
         "imm": "tab:green",
         "imm-positions-8": "tab:red",
+        "imm-positions-8-unclipped": "tab:pink",
         "imm-in-batch": "tab:purple",
         "imm-released-positions-8": "tab:brown",
         "none-halve-reload": "tab:cyan",

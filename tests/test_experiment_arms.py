@@ -37,6 +37,7 @@ EXPECTED = {
     "noising": {"noising"},
     "imm": {"mle", "imm"},
     "imm-positions-8": {"mle", "imm"},
+    "imm-positions-8-unclipped": {"mle", "imm"},
     "imm-in-batch": {"mle", "imm"},
     "none-lr5": {"mle"},
     "imm-positions-8-lr5": {"mle", "imm"},
@@ -63,6 +64,8 @@ def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) 
     assert config.train.early_stopping == (0 if released_schedule else 2)
     if arm == "imm-released-positions-8":
         assert config.objective["imm"]["one_sample"] == "released"
+    if "imm" in config.objective:  # the paper's clip of ∇IMM (App. D.2), off only where the arm says so
+        assert config.objective["imm"].get("clip", 0.25) == (0 if arm.endswith("-unclipped") else 0.25)
 
 
 def test_realizations_script_arms_train_exactly_their_terms() -> None:
