@@ -13,7 +13,10 @@ Choices made here (the paper leaves them open for a recurrent model):
   sh(y_-t)): the loss is Σ_s (m_s / n) IMM_s over the batch's distinct short contexts s with m_s
   occurrences among its n positions, whose expectation (loss and gradient) equals that of
   independent draws per position. ``positions_per_batch = P > 0`` draws P positions uniformly
-  without replacement instead: the same expected gradient, more variance, less cost.
+  without replacement instead: the same expected gradient, more variance, less cost. Not the same
+  expected *step* under the clip: ∇IMM over a few positions is noisy enough that the clip acts on
+  nearly every draw, and the mean of the clipped draws is shorter than the default's (a third of it
+  with 8 positions on the CPU-scale PTB model; ``experiments/imm_positions_clip_bias.py``).
 * How many samples: k on every j-th optimizer step (``batch.step % j == 0``), 1 otherwise (App. D.2).
   ``one_sample=released`` (opt-in) makes the 1-sample steps those of the authors' released code: each
   position's own prediction against (1 − γ(x))·onehot(y) + γ(x)·P̂(y), a soft target (Sec. 5.2's link
@@ -91,7 +94,7 @@ class IMMConfig:
     # state-bank | in-batch (opt-in approximations)
     realization: str = "replay"
     context_window: int = 35  # replay: history tokens replayed from a zero state (the paper's unroll length)
-    positions_per_batch: int = 0  # 0: every position (Eq. 10); P > 0: P positions drawn uniformly (same expectation)
+    positions_per_batch: int = 0  # 0: every position (Eq. 10); P > 0: P drawn uniformly (same mean before the clip)
     start_step: int = 0  # first optimizer step with IMM (paper silent: from the start)
     start_below_ppl: float = 0.0  # > 0: start once the validation perplexity is below this (released code: 90)
     start_lr: float = 0.0  # > 0: learning rate set when IMM starts (released code: 0.5 on its summed loss)
