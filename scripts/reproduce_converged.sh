@@ -11,7 +11,8 @@
 # LSTM and GRU sentence LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is scored and what ended
 # is archived), then seed 0's MLE and noising continuations (its baseline is a record with weights), the IMM
 # continuations of seeds 1 and 2, then the rest of seeds 0 and 1. The three Table 2 rows (MLE, noising, IMM) of every seed
-# come first, the released recipe and its matched control after; a seed's continuations
+# come first, the released recipe and its matched control after, then IMM on 8 positions with ∇IMM unclipped (the
+# paper's clip shrinks the mean step of 8 positions to about a third of the default's); a seed's continuations
 # start from its baseline's record, which keeps the weights, and wait for a baseline that the other lane is training
 # (a lane that comes to one not started yet skips them, and the next call of the lane runs them).
 #
@@ -60,6 +61,8 @@ if [[ $lane == a ]]; then
   imm 0 imm-positions-8
   imm 2 imm-released-positions-8 none-halve-reload
   imm 1 none-halve-reload
+  imm 0 imm-positions-8-unclipped
+  imm 2 imm-positions-8-unclipped
 else
   for seed in 0 1 2; do
     for arm in sentence-lstm gru-lm smim svae ae svae-kl; do
@@ -73,5 +76,6 @@ else
   imm 2 imm-positions-8
   imm 0 imm-released-positions-8 none-halve-reload
   imm 1 imm-released-positions-8
+  imm 1 imm-positions-8-unclipped
 fi
 echo "[$(date -u +%FT%TZ)] lane $lane: every step has run" >&2
