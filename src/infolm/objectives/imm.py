@@ -14,9 +14,10 @@ Choices made here (the paper leaves them open for a recurrent model):
   occurrences among its n positions, whose expectation (loss and gradient) equals that of
   independent draws per position. ``positions_per_batch = P > 0`` draws P positions uniformly
   without replacement instead: the same expected gradient, more variance, less cost. Not the same
-  expected *step* under the clip: ∇IMM over a few positions is noisy enough that the clip acts on
-  nearly every draw, and the mean of the clipped draws is shorter than the default's (a third of it
-  with 8 positions on the CPU-scale PTB model; ``experiments/imm_positions_clip_bias.py``).
+  expected *step* under the clip: on the 1-sample steps ∇IMM over a few positions is noisy enough that
+  the clip acts on nearly every draw, and the mean of the clipped draws is shorter than the default's
+  (a third of it with 8 positions on the CPU-scale PTB model; the k-sample steps keep the default's;
+  ``experiments/imm_positions_clip_bias.py``).
 * How many samples: k on every j-th optimizer step (``batch.step % j == 0``), 1 otherwise (App. D.2).
   ``one_sample=released`` (opt-in) makes the 1-sample steps those of the authors' released code: each
   position's own prediction against (1 − γ(x))·onehot(y) + γ(x)·P̂(y), a soft target (Sec. 5.2's link
