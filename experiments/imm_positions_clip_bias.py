@@ -54,7 +54,6 @@ class Draws:
     def __init__(self, clip: float) -> None:
         self.clip = clip
         self.sums: dict[tuple[str, int], Tensor] = {}
-        self.count = [0, 0]
         self.norms: list[float] = []
 
     def add(self, gradient: Tensor) -> None:
@@ -63,12 +62,12 @@ class Draws:
         for kind, step in (("unclipped", gradient), ("clipped", clipped(gradient, self.clip))):
             key = (kind, half)
             self.sums[key] = step.clone() if key not in self.sums else self.sums[key].add_(step)
-        self.count[half] += 1
 
     def means(self, kind: str) -> tuple[Tensor, Tensor, Tensor]:
         """The mean step of every draw and those of the two halves."""
         first, second = self.sums[(kind, 0)], self.sums[(kind, 1)]
-        return (first + second) / sum(self.count), first / self.count[0], second / self.count[1]
+        count = len(self.norms)  # draws alternate between the halves: the first has the odd one out
+        return (first + second) / count, first / ((count + 1) // 2), second / (count // 2)
 
 
 def compare(default: Draws, arm: Draws) -> dict[str, float]:
@@ -111,7 +110,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from infolm.build import build_trainer, init_weights
+    from infolm.build import build_objective, build_trainer, init_weights
     from infolm.config import load_config
     from infolm.data.batch import Batch
     from infolm.errors import InfolmError
@@ -120,17 +119,22 @@ def main() -> None:
         sys.exit("imm_positions_clip_bias: --draws-default and --draws-arm need 2 or more, --batches and --k 1 or more")
     start = time.perf_counter()
     imm = f"{{weight: 0.2, k: {args.k}, j: 5, restricted_order: 2, sample_chunk: {args.k}}}"
-    terms = {}
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            for name, extra in (("default", []), ("arm", [f"objective.imm.{item}" for item in args.arm])):
-                config = load_config(CONTINUE, [f"run.dir={scratch}", f"objective.imm={imm}", *extra])
-                trainer, corpus = build_trainer(config)
-                terms[name] = trainer.objective.term("imm")
+            config = load_config(CONTINUE, [f"run.dir={scratch}", f"objective.imm={imm}"])
+            trainer, corpus = build_trainer(config)
+            arm_objective = build_objective(
+                load_config(
+                    CONTINUE,
+                    [f"run.dir={scratch}", f"objective.imm={imm}", *(f"objective.imm.{item}" for item in args.arm)],
+                )
+            )
+            arm_objective.setup(corpus, trainer.model)
             init_weights(trainer.model, args.run, corpus)
         except InfolmError as failure:
             sys.exit(f"imm_positions_clip_bias: {failure}")
-    model = trainer.model  # the arm's trainer: its batches and model, each term set up on the same corpus
+    terms = {"default": trainer.objective.term("imm"), "arm": arm_objective.term("imm")}
+    model = trainer.model
     params = [p for p in model.parameters() if p.requires_grad]
     step = 0 if args.k > 1 else 1  # batch.step % j == 0 selects k samples, any other step 1
 
