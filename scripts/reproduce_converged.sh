@@ -60,7 +60,7 @@ if [[ $lane == a ]]; then
   imm 2 none noising
   imm 0 imm-positions-8
   imm 2 imm-released-positions-8 none-halve-reload
-  imm 1 none-halve-reload
+  imm 1 imm-released-positions-8
   imm 0 imm-positions-8-unclipped
   imm 2 imm-positions-8-unclipped
 else
@@ -75,7 +75,7 @@ else
   imm 1 noising imm-positions-8
   imm 2 imm-positions-8
   imm 0 imm-released-positions-8 none-halve-reload
-  imm 1 imm-released-positions-8
+  imm 1 none-halve-reload
   imm 1 imm-positions-8-unclipped
 fi
 echo "[$(date -u +%FT%TZ)] lane $lane: every step has run" >&2
