@@ -993,3 +993,25 @@ def test_imm_driver_waits_for_a_baseline_the_other_lane_trains(recorded: bool, t
     assert (out / "noising-s0").is_dir()
     assert [job["run"] for job in module.read_jsonl(tmp_path / "jobs.jsonl")] == ["noising-s0"]  # no second baseline
     assert "skipping noising-s0" not in capsys.readouterr().err
+
+
+def test_table2_paired_differences_pair_each_arm_with_its_control_seed_by_seed() -> None:
+    """Arm minus matched control on the seeds both ended: the released recipe against the same-schedule MLE
+    run, the plateau-schedule arms against ``none``; a seed with one side missing is left out."""
+    module = experiment("imm_ptb_table2_converged")
+
+    def scores(valid: float, test: float, induced: float | None) -> dict[str, float | None]:
+        return {"valid_ppl": valid, "test_ppl": test, "induced_test_ppl": induced}
+
+    per_seed = {
+        "none": {0: scores(90.0, 85.0, 170.0), 1: scores(89.0, 84.0, 171.0)},
+        "noising": {0: scores(89.0, 84.5, None), 1: scores(88.0, 84.5, None), 2: scores(80.0, 80.0, None)},
+        "none-halve-reload": {1: scores(91.0, 86.0, 170.0)},
+        "imm-released-positions-8": {0: scores(88.0, 84.0, 169.0), 1: scores(89.0, 85.0, 169.5)},
+    }
+    lines = module.paired_differences(per_seed)
+    noising = next(line for line in lines if line.startswith("| noising − none |"))
+    assert noising == "| noising − none | 0, 1 | -1.00 ± 0.00 | +0.00 ± 0.71 | – | s0 -1.00 / -0.50, s1 -1.00 / +0.50 |"
+    released = next(line for line in lines if line.startswith("| imm-released-positions-8 − none-halve-reload |"))
+    assert released == "| imm-released-positions-8 − none-halve-reload | 1 | -2.00 | -1.00 | -0.50 | s1 -2.00 / -1.00 |"
+    assert not any(line.startswith("| imm-positions-8 −") for line in lines)  # no runs: no row
