@@ -76,7 +76,6 @@ from typing import Any
 
 from infolm.errors import InfolmError
 from infolm.report import format_mean_std as mean_std
-from infolm.report import mean_std as sample_mean_std
 from infolm.training.records import (
     archive_run,
     park_run,
@@ -144,12 +143,16 @@ PAPER = {
 # The matched MLE control of each continuation: the same seed's baseline weights and the same schedule,
 # so that a paired difference (arm minus control, seed by seed) isolates the regularizer.
 CONTROL = {
-    arm: "none-halve-reload" if "halve-reload" in arm or arm == "imm-released-positions-8" else "none"
-    for arm in ARMS
-    if arm not in ("none", "none-halve-reload")
+    "noising": "none",
+    "imm": "none",
+    "imm-positions-8": "none",
+    "imm-positions-8-unclipped": "none",
+    "imm-in-batch": "none",
+    "none-lr5": "none",
+    "imm-positions-8-lr5": "none-lr5",
+    "imm-positions-8-halve-reload": "none-halve-reload",
+    "imm-released-positions-8": "none-halve-reload",
 }
-CONTROL["none-lr5"] = "none"
-CONTROL["imm-positions-8-lr5"] = "none-lr5"
 
 
 @dataclass
@@ -682,6 +685,7 @@ def cmd_table(args: argparse.Namespace) -> None:
 def paired_differences(per_seed: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     """Each continuation minus its matched control (CONTROL) on the seeds where both ended: valid, test and
     induced-bigram test perplexity, mean ± std over those seeds, and each seed's own difference."""
+    keys = ("valid_ppl", "test_ppl", "induced_test_ppl")
     lines = [
         "| arm − its matched control | seeds | valid ppl | test ppl | induced bigram, test ppl | "
         "per seed (valid / test) |",
@@ -691,35 +695,22 @@ def paired_differences(per_seed: dict[str, dict[int, dict[str, Any]]]) -> list[s
         seeds = sorted(set(per_seed.get(arm, {})) & set(per_seed.get(control, {})))
         if not seeds:
             continue
-        deltas: dict[str, list[float]] = {"valid_ppl": [], "test_ppl": [], "induced_test_ppl": []}
-        for seed in seeds:
-            for key, values in deltas.items():
-                mine, theirs = per_seed[arm][seed].get(key), per_seed[control][seed].get(key)
-                if mine is not None and theirs is not None:
-                    values.append(mine - theirs)
-        own = ", ".join(
-            f"s{seed} {per_seed[arm][seed]['valid_ppl'] - per_seed[control][seed]['valid_ppl']:+.2f} / "
-            f"{per_seed[arm][seed]['test_ppl'] - per_seed[control][seed]['test_ppl']:+.2f}"
+        diffs = {
+            seed: {
+                key: per_seed[arm][seed][key] - per_seed[control][seed][key]
+                for key in keys
+                if per_seed[arm][seed].get(key) is not None and per_seed[control][seed].get(key) is not None
+            }
             for seed in seeds
-            if all(
-                per_seed[name][seed].get(key) is not None
-                for name in (arm, control)
-                for key in ("valid_ppl", "test_ppl")
-            )
+        }
+        cells = " | ".join(mean_std([diff[key] for diff in diffs.values() if key in diff], signed=True) for key in keys)
+        own = ", ".join(
+            f"s{seed} {diff['valid_ppl']:+.2f} / {diff['test_ppl']:+.2f}"
+            for seed, diff in diffs.items()
+            if "valid_ppl" in diff and "test_ppl" in diff
         )
-        cells = " | ".join(signed_mean_std(values) for values in deltas.values())
         lines.append(f"| {arm} − {control} | {', '.join(map(str, seeds))} | {cells} | {own} |")
     return lines
-
-
-def signed_mean_std(values: list[float]) -> str:
-    """A difference's cell: "–" for none, the signed value for one, else "signed mean ± sample std"."""
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:+.2f}"
-    mean, std = sample_mean_std(values)
-    return f"{mean:+.2f} ± {std:.2f}"
 
 
 def plot(per_seed: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:

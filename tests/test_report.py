@@ -76,3 +76,6 @@ def test_format_mean_std_cells() -> None:
     assert format_mean_std([]) == "–" and format_mean_std([], empty="—") == "—"
     assert format_mean_std([2.0]) == "2.00" and format_mean_std([2.0], digits=1) == "2.0"
     assert format_mean_std([1.0, 2.0, 3.0]) == "2.00 ± 1.00"  # the sample standard deviation
+    assert (
+        format_mean_std([0.5], signed=True) == "+0.50" and format_mean_std([-1.0, -3.0], signed=True) == "-2.00 ± 1.41"
+    )

@@ -151,14 +151,16 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def format_mean_std(values: Sequence[float], digits: int = 2, empty: str = "–") -> str:
-    """A table cell: ``empty`` for no values, the value alone for one, else "mean ± sample std"."""
+def format_mean_std(values: Sequence[float], digits: int = 2, empty: str = "–", signed: bool = False) -> str:
+    """A table cell: ``empty`` for no values, the value alone for one, else "mean ± sample std";
+    ``signed`` writes the mean's sign always (a difference's cell)."""
     if not values:
         return empty
+    sign = "+" if signed else ""
     if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
+        return f"{values[0]:{sign}.{digits}f}"
     mean, std = mean_std(values)
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return f"{mean:{sign}.{digits}f} ± {std:.{digits}f}"
 
 
 def aggregate(runs: Sequence[RunReport]) -> list[GroupReport]:
