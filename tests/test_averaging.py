@@ -260,8 +260,9 @@ def test_nt_trigger_condition_of_merity_et_al() -> None:
 
 
 def test_divergence_rule() -> None:
-    """Non-finite diverges at once; above loss_factor x ln|V| diverges after ``patience`` steps in a row."""
-    bound = loss_bound(10000, 2.0)
+    """Non-finite diverges at once; above loss_factor x the loss scale (here ln|V|) diverges after
+    ``patience`` steps in a row."""
+    bound = loss_bound(math.log(10000), 2.0)
     assert bound == pytest.approx(2 * math.log(10000))
     assert loss_diverged([5.0, math.nan], bound, 3) and loss_diverged([math.inf], bound, 3)
     assert not loss_diverged([19.0, 19.0], bound, 3)  # not yet patience steps
@@ -271,7 +272,9 @@ def test_divergence_rule() -> None:
 
 
 def test_divergence_policy() -> None:
-    policy = DivergencePolicy(DivergenceConfig(enabled=True, lr_factor=0.9, patience=3, max_restarts=2), 10000)
+    policy = DivergencePolicy(
+        DivergenceConfig(enabled=True, lr_factor=0.9, patience=3, max_restarts=2), math.log(10000)
+    )
     assert not policy.check(9.2) and not policy.suspect
     assert not policy.check(25.0) and policy.suspect and not policy.check(30.0)
     assert not policy.check(9.0) and not policy.suspect  # the run above the bound ended
@@ -280,7 +283,7 @@ def test_divergence_policy() -> None:
     assert policy.check(math.nan) and policy.check(math.inf)
     state = policy.state_dict()
     assert not policy.check(25.0)
-    resumed = DivergencePolicy(policy.config, 10000)
+    resumed = DivergencePolicy(policy.config, math.log(10000))
     resumed.load_state_dict(policy.state_dict())
     assert not resumed.check(25.0) and resumed.check(25.0)  # the count survives a resume
     assert state["recent"] == []
@@ -288,7 +291,7 @@ def test_divergence_policy() -> None:
     assert policy.restart() == pytest.approx(0.81) and policy.lr_scale == pytest.approx(0.81)
     with pytest.raises(InfolmError, match="diverged"):
         policy.restart()
-    assert "above 2 x ln|V| = 18.42 for 3 steps" in policy.describe(7, 1e29)
+    assert "above 2 x 9.21 (the objective's loss scale) = 18.42 for 3 steps" in policy.describe(7, 1e29)
     for bad in ({"lr_factor": 1.5}, {"loss_factor": 1.0}, {"patience": 0}, {"max_restarts": -1}):
         with pytest.raises(InfolmError, match="train.divergence"):
             DivergenceConfig(**bad)

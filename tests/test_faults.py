@@ -30,7 +30,7 @@ def test_exploding_loss_stops_with_a_clear_error_and_keeps_the_checkpoints(tmp_p
         "train.log_every=1",
     )
     assert_one_line_error(result, "training diverged at step 4: loss")
-    assert "above 2 x ln|V| = 18.42 for 3 steps" in result.stderr
+    assert "above 2 x 9.21 (the objective's loss scale) = 18.42 for 3 steps" in result.stderr  # mle: ln|V|
     assert "keeps its checkpoints up to step-00000001" in result.stderr
     # Only the checkpoint written before the loss left the bound; it and the log are intact.
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best", "step-00000001"]

@@ -54,6 +54,9 @@ class ActivationRegularization(Objective):
         super().__init__()
         self.config = config
 
+    def loss_scale(self, vocab_size: int) -> float | None:
+        return 1.0  # the mean square of unit-scale activations (LSTM/GRU outputs lie in (-1, 1))
+
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         return Terms(losses={"ar": activation_regularization(output.hiddens[-1], batch.padding_mask)})
 
@@ -65,6 +68,9 @@ class TemporalActivationRegularization(Objective):
     def __init__(self, config: TARConfig) -> None:
         super().__init__()
         self.config = config
+
+    def loss_scale(self, vocab_size: int) -> float | None:
+        return 2.0  # the mean squared difference of two independent unit-scale activations
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         raw = output.raw_hiddens if output.raw_hiddens is not None else output.hiddens

@@ -48,6 +48,10 @@ class AutoEncoder(Objective):
         self.config = config
         self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
 
+    def loss_scale(self, vocab_size: int) -> float | None:
+        # per sentence over the *training* mean length, a batch of long sentences reads above ln|V|
+        return super().loss_scale(vocab_size) if self.config.normalize == "tokens" else None
+
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
         self.mean_length = training_sentence_length(model, corpus)

@@ -57,6 +57,9 @@ class AMIM(Objective):
         self.config = config
         self.mean_length: float | None = None
 
+    def loss_scale(self, vocab_size: int) -> float | None:
+        return None  # its rate terms have no scale known before training
+
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
         self.mean_length = training_sentence_length(model, corpus)

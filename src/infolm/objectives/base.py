@@ -2,12 +2,14 @@
 
 ``setup(corpus, model)`` builds indexes once; ``forward(model, batch, output)`` receives the shared
 main forward pass and returns :class:`Terms`; ``param_groups()`` gives a term's own optimizer
-settings. :class:`Composite` sums weighted terms and is the only loss the trainer sees.
+settings; ``loss_scale(vocab_size)`` the scale divergence judges the loss on. :class:`Composite` sums
+weighted terms and is the only loss the trainer sees.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
@@ -77,6 +79,14 @@ class Objective(nn.Module):
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def loss_scale(self, vocab_size: int) -> float | None:
+        """The scale the divergence rule (``optim/divergence.py``) judges this term's unweighted loss on:
+        about its value for a model that has learned nothing, which a healthy run does not leave by a
+        factor for long. Default ``ln |V|``, a token-level cross-entropy over the model's vocabulary (the
+        uniform model's loss). None: no scale is known before training (a rate, a candidate set that
+        varies with the batch); the run's own losses are then the reference. Called after ``setup``."""
+        return math.log(max(vocab_size, 2))
+
     def param_groups(self) -> list[dict[str, Any]]:
         """Optimizer groups for this term's own parameters, each a dict with ``params`` and settings."""
         own = [p for p in self.parameters() if p.requires_grad]
@@ -137,6 +147,19 @@ class Composite(Objective):
             if terms.state is not None:
                 out.state = terms.state
         return out
+
+    def loss_scale(self, vocab_size: int) -> float | None:
+        """The terms' scales summed by |weight| (weight 0: left out); None if any counted term has none."""
+        total = 0.0
+        for name, term in self.named_terms():
+            weight = self.weight(name)
+            if weight == 0.0:
+                continue
+            scale = term.loss_scale(vocab_size)
+            if scale is None:
+                return None
+            total += abs(weight) * scale
+        return total
 
     def param_groups(self) -> list[dict[str, Any]]:
         groups: list[dict[str, Any]] = []

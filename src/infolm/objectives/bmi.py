@@ -23,6 +23,7 @@ and the importance weights are constants for the gradient (Eq. 16 differentiates
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -144,6 +145,13 @@ class BMI(Objective):
         self.index = SentenceIndex.from_corpus(corpus, "train", max_len=self.config.max_sentence_len)
         if self.discriminator is None:
             self.discriminator = PairDiscriminator(self.feature_size(cast(LanguageModel, model)), self.config.hidden)
+
+    def loss_scale(self, vocab_size: int) -> float | None:
+        # Phase I: -JSD bound = E_P SP(-T) + E_PxP SP(T), two binary cross-entropies, 2 ln 2 at T = 0;
+        # Phase II: IW-RAML, a cross-entropy over the vocabulary on a per-token scale
+        c = self.config
+        phase2 = c.phase2_weight * math.log(max(vocab_size, 2)) if c.variant == "full" else 0.0
+        return c.phase1_weight * 2 * math.log(2) + phase2
 
     def feature_size(self, model: LanguageModel) -> int:
         device = next(model.parameters()).device

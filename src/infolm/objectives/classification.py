@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch.nn.functional as F
@@ -26,6 +27,13 @@ class ClassificationLoss(Objective):
     def __init__(self, config: ClassificationLossConfig) -> None:
         super().__init__()
         self.config = config
+        self.num_labels = 2  # classes of the model's head (``setup``)
+
+    def setup(self, corpus: Any, model: nn.Module) -> None:
+        self.num_labels = int(getattr(getattr(model, "config", None), "num_labels", 0) or 2)
+
+    def loss_scale(self, vocab_size: int) -> float | None:
+        return math.log(max(self.num_labels, 2))  # the uniform guess over the classes
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         assert batch.labels is not None

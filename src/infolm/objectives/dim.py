@@ -88,6 +88,9 @@ class DeepInfoMaxSpans(Objective):
         super().__init__()
         self.config = config
 
+    def loss_scale(self, vocab_size: int) -> float | None:
+        return None  # ln of the candidates, the batch's other n-grams: known only per batch
+
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         ngrams = masked_ngrams(batch.extras[SPAN_IDS], batch.targets)
         if len(ngrams.owner) == 0 or int(ngrams.owner.max()) == int(ngrams.owner.min()):

@@ -69,6 +69,9 @@ class ELBO(Objective):
         c = self.config
         return kl_weight(step, c.anneal, c.k, c.x0, c.anneal_steps)
 
+    def loss_scale(self, vocab_size: int) -> float | None:
+        return None  # its rate terms have no scale known before training
+
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
         self.mean_length = training_sentence_length(model, corpus)

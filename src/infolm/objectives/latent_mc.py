@@ -139,6 +139,9 @@ class MonteCarloObjective(Objective):
         self.config = config
         self.terms = terms
 
+    def loss_scale(self, vocab_size: int) -> float | None:
+        return None  # a surrogate with rate terms: no scale known before training
+
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
         if self.config.estimator in PATHWISE and not model.reparameterized:

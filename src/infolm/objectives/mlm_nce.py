@@ -14,6 +14,7 @@ own type is kept (Eq. 1's estimator with samples from q), and no correction for 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -74,6 +75,10 @@ class MaskedLMNCE(Objective):
             if not isinstance(corpus, EncoderData):
                 raise InfolmError("objective mlm-nce with negatives=unigram needs a task over WordPiece rows")
             self.set_unigram_counts(corpus.train.counts(corpus.vocab_size))
+
+    def loss_scale(self, vocab_size: int) -> float | None:
+        # ln of the candidates: the positive and num_negatives draws; batch: known only per batch
+        return math.log(1 + self.config.num_negatives) if self.config.negatives == "unigram" else None
 
     def set_unigram_counts(self, counts: Tensor) -> None:
         """Subword counts of the training data (the unigram proposal q)."""

@@ -16,6 +16,7 @@ longer than the model's positions keeps its first ``max_len - 1`` tokens and its
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -80,6 +81,10 @@ class NextSentencePrediction(Objective):
         nn.init.normal_(self.score.weight, std=0.02)
         nn.init.zeros_(self.score.bias)
         self.score.to(next(model.parameters()).device)
+
+    def loss_scale(self, vocab_size: int) -> float | None:
+        k = self.config.negatives  # at f = 0: local, 1 + K binary cross-entropies; global, ln of 1 + K candidates
+        return (1 + k) * math.log(2) if self.config.form == "local" else math.log(1 + k)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         if self.score is None:

@@ -16,6 +16,7 @@ pairs are subsampled to ``max_pairs`` per batch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -84,6 +85,10 @@ class SkipGramNCE(Objective):
         self.context.to(next(model.parameters()).device)
         weights = corpus.train.counts(corpus.vocab_size).double() ** self.config.unigram_power
         self.proposal = (weights / weights.sum()).float()
+
+    def loss_scale(self, vocab_size: int) -> float | None:
+        k = self.config.negatives  # at f = 0 (context vectors start at zero): ln(1 + K) or (1 + K) ln 2
+        return math.log(1 + k) if self.config.form == "infonce" else (1 + k) * math.log(2)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         if self.context is None:

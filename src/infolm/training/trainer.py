@@ -141,7 +141,7 @@ class Trainer:
         self.last_eval_step = -1
         # Always watching (optim/divergence.py's rule); restarts only with train.divergence.enabled.
         divergence = build_dataclass(DivergenceConfig, config.train.divergence, "train.divergence")
-        self.divergence = DivergencePolicy(divergence, self.model.vocab_size)
+        self.divergence = DivergencePolicy(divergence, self.objective.loss_scale(self.model.vocab_size))
         self._parameters: list[nn.Parameter] | None = None
         self._clipped: list[nn.Parameter] | None = None
         self.initial_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
