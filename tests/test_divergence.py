@@ -18,7 +18,8 @@ from infolm.errors import InfolmError
 from infolm.objectives import OBJECTIVES
 from infolm.optim.divergence import DivergenceConfig, DivergencePolicy
 from infolm.training import Trainer
-from tests.conftest import run_in_process
+from infolm.training.metrics import read_metrics
+from tests.conftest import ROOT, run_in_process
 from tests.test_compatibility import (
     MODEL_SETTINGS,
     OBJECTIVE_SETTINGS,
@@ -59,22 +60,32 @@ def tiny_vocabulary_corpus() -> Corpus:
 
 
 # ---------------------------------------------------------------------------------------------------
+def smim_run(files: dict[str, str], run_dir: Path, steps: int) -> list[float]:
+    """configs/ptb/smim-cpu.yaml on the |V| = 8 files for ``steps`` steps: the step losses."""
+    data = [f"data.{key}={value}" for key, value in files.items()]
+    settings = [f"run.dir={run_dir}", *data, f"train.max_steps={steps}", "train.log_every=1", "task.valid_samples=2"]
+    result = run_in_process("train", "configs/ptb/smim-cpu.yaml", *settings)
+    assert result.returncode == 0, result.stderr
+    assert "diverged" not in result.stderr
+    return [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if "split" not in r and "event" not in r]
+
+
+def divergence_state(run_dir: Path, step: int) -> dict:
+    return torch.load(run_dir / "checkpoints" / f"step-{step:08d}" / "trainer.pt", weights_only=True)["divergence"]
+
+
 def test_smim_on_a_small_vocabulary_is_not_stopped(tiny_vocabulary_files: dict[str, str], tmp_path: Path) -> None:
     """configs/ptb/smim-cpu.yaml on |V| = 8: the A-MIM loss starts near 5.5 per token, its rate terms
     (-1/2 (ln q(z|x) + ln P(z)) over 16 latent dimensions) above 2 ln|V| = 4.16, and falls as it
-    learns. The ln|V| bound stopped it as diverged at step 3."""
-    data = [f"data.{key}={value}" for key, value in tiny_vocabulary_files.items()]
-    result = run_in_process(
-        "train",
-        "configs/ptb/smim-cpu.yaml",
-        f"run.dir={tmp_path / 'run'}",
-        *data,
-        "train.max_steps=12",
-        "train.log_every=1",
-        "task.valid_samples=2",
-    )
-    assert result.returncode == 0, result.stderr
-    assert "diverged" not in result.stderr
+    learns. The ln|V| bound stopped it as diverged at step 3. Its reference, the largest loss so
+    far, is saved with the checkpoints and a resumed run continues it exactly."""
+    losses = smim_run(tiny_vocabulary_files, tmp_path / "whole", 12)
+    assert len(losses) == 12 and max(losses) > 2 * math.log(8)
+    state = divergence_state(tmp_path / "whole", 12)
+    assert state["reference"] == max(abs(loss) for loss in losses) and state["recent"] == losses[-3:]
+    assert smim_run(tiny_vocabulary_files, tmp_path / "split", 6) == losses[:6]
+    assert smim_run(tiny_vocabulary_files, tmp_path / "split", 12) == losses  # resumed at step 6
+    assert divergence_state(tmp_path / "split", 12) == state
 
 
 def test_a_cross_entropy_far_above_its_bound_still_stops() -> None:
@@ -200,3 +211,26 @@ def test_no_registered_objective_is_stopped_on_a_small_vocabulary(
         losses.append(trainer.train_step(batch)["loss"])
         assert not trainer._diverged and not trainer.divergence.suspect, (losses, trainer.divergence.bound)
     assert all(math.isfinite(loss) for loss in losses)
+
+
+def test_a_latent_run_whose_loss_explodes_is_stopped(
+    tiny_vocabulary_files: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sMIM has no known loss scale: weights blown up after step 4 give a finite loss far above ten
+    times the run's largest so far, and the run stops three steps later with one line."""
+    from infolm.build import train
+
+    original_step = Trainer.train_step
+
+    def blown_up_step(self: Trainer, batch: object) -> dict[str, float]:
+        if self.step == 4:
+            with torch.no_grad():
+                for parameter in self.model.parameters():
+                    parameter.mul_(50.0)
+        return original_step(self, batch)
+
+    monkeypatch.setattr(Trainer, "train_step", blown_up_step)
+    data = [f"data.{key}={value}" for key, value in tiny_vocabulary_files.items()]
+    settings = [f"run.dir={tmp_path}", *data, "train.max_steps=12", "train.log_every=1", "task.valid_samples=2"]
+    with pytest.raises(InfolmError, match=r"training diverged at step 7: loss .* has been above 10 x .* \(the run's"):
+        train(load_config(ROOT / "configs/ptb/smim-cpu.yaml", settings), settings)
