@@ -14,9 +14,11 @@ the objective (``Objective.loss_scale``, summed over a Composite's terms by weig
 * an objective with a term of no known scale (the rates of latent-variable losses, contrastive sets
   that vary with the batch) is judged on the run's own losses: ``relative_factor x`` the largest loss
   magnitude of the run so far that was not itself above the bound (the first loss, at the initial
-  weights, always counts). A healthy loss that rises as a schedule asks (KL annealing) carries the
-  reference with it; an explosion leaves it by orders of magnitude in a step or two. A loss that
-  creeps up by less than that factor per step is caught only once it is no longer finite.
+  weights, always counts). The factor is wide: a per-sentence loss reads several times higher on a
+  length-bucketed batch of long sentences than on one of short sentences. A healthy loss that rises
+  as a schedule asks (KL annealing) carries the reference with it; an explosion leaves it by orders
+  of magnitude in a step or two. A loss that creeps up by less than that factor per step is caught
+  only once it is no longer finite.
 
 The rule is always on: with restarts off (the default), a divergence stops the run with one clear
 error and keeps what is on disk; with ``enabled: true`` it triggers the restarts.
@@ -51,12 +53,8 @@ from infolm.errors import InfolmError
 class DivergenceConfig:
     enabled: bool = False  # restart from the best checkpoint on divergence (Sec. 4.4); off: stop with an error
     lr_factor: float = 0.9  # learning-rate multiplier per restart (Sec. 4.4)
-    # diverged: |training loss| above loss_factor x the objective's loss scale (ln|V| for a token-level
-    # cross-entropy: the uniform model's loss) ...
-    loss_factor: float = 2.0
-    # ... or, for an objective with a term of no known scale (rates), above relative_factor x the run's
-    # largest loss so far ...
-    relative_factor: float = 10.0
+    loss_factor: float = 2.0  # diverged: |training loss| above loss_factor x the objective's loss scale ...
+    relative_factor: float = 10.0  # ... (no known scale: relative_factor x the run's largest loss so far) ...
     patience: int = 3  # ... for this many consecutive steps (infolm's rule; the thesis gives none)
     max_restarts: int = 10  # give up after this many restarts
 
