@@ -112,6 +112,18 @@ def test_a_rate_above_ln_v_does_not_stop_but_an_explosion_does() -> None:
     assert not any(rising.check(2.0 * 1.5**k) for k in range(20))
 
 
+def test_a_latent_bound_that_diverged_in_a_recorded_run_still_stops() -> None:
+    """experiments/records/thesis-fig5-synthetic-converged/fig5_3_continuous/dreg-16-kl-lam0.3-s0: the
+    mi-kl loss (about 6.9 per token on 1,000 symbols and <eos>) left 2 ln|V| = 13.8 at step 1,230 and was
+    restarted at 23.4: a bound on -ln p(x) per token keeps the scale ln|V|."""
+    from infolm.objectives import build_objective as build
+
+    scale = build({"mi-kl": {"lam": 0.3, "samples": 16}}).loss_scale(1001)
+    policy = DivergencePolicy(DivergenceConfig(enabled=True), scale)
+    assert not any(policy.check(loss) for loss in (6.88, 6.94, 6.73, 7.12, 6.96, 6.9))
+    assert not policy.check(23.38) and not policy.check(23.38) and policy.check(23.38)
+
+
 @pytest.mark.parametrize("scale", [math.log(8), None])
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_a_non_finite_loss_always_stops(scale: float | None, bad: float) -> None:
@@ -148,7 +160,12 @@ def test_objective_scales_combine_by_weight() -> None:
     # AWD-LSTM: mle + 2 AR + 1 TAR on unit-scale activations
     assert build({"mle": {}, "ar": {}, "tar": {}}).loss_scale(8) == pytest.approx(ln_v + 2 * 1.0 + 2.0)
     assert build({"mle": {}, "amim": {"weight": 0.0}}).loss_scale(8) == pytest.approx(ln_v)  # weight 0: not run
-    assert build({"mle": {}, "elbo": {}}).loss_scale(8) is None  # a rate: the run's own losses judge
+    assert build({"mle": {}, "elbo": {}}).loss_scale(8) is None  # per sentence: the run's own losses judge
+    assert build({"elbo": {"normalize": "tokens", "anneal": "logistic"}}).loss_scale(8) is None  # annealed
+    assert build({"elbo": {"normalize": "tokens"}}).loss_scale(8) == pytest.approx(ln_v)  # -ELBO per token
+    assert build({"amim": {"normalize": "tokens"}}).loss_scale(8) is None  # -1/2 (ln q + ln P): no scale
+    for name in ("mi-kl", "mi-renyi", "mi-power", "beta-vae"):  # bounds on -ln p(x) per token
+        assert build({name: {}}).loss_scale(8) == pytest.approx(ln_v), name
     assert build({"nsp": {"negatives": 3}}).loss_scale(8) == pytest.approx(4 * math.log(2))
     assert build({"nsp": {"form": "global", "negatives": 3}}).loss_scale(8) == pytest.approx(math.log(4))
     assert build({"mlm-nce": {"negatives": "unigram", "num_negatives": 63}}).loss_scale(8) == pytest.approx(

@@ -58,7 +58,7 @@ class AMIM(Objective):
         self.mean_length: float | None = None
 
     def loss_scale(self, vocab_size: int) -> float | None:
-        return None  # its rate terms have no scale known before training
+        return None  # -1/2 (ln q(z|x) + ln P(z)) has no scale known before training (it grows with the latent size)
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)

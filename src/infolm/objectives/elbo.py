@@ -70,7 +70,12 @@ class ELBO(Objective):
         return kl_weight(step, c.anneal, c.k, c.x0, c.anneal_steps)
 
     def loss_scale(self, vocab_size: int) -> float | None:
-        return None  # its rate terms have no scale known before training
+        # Per token without annealing, -ELBO starts near ln|V| (q = p) and a healthy run lowers it. Per
+        # sentence over the training mean length, a batch of long sentences reads higher; annealing raises
+        # the KL's weight over a KL that grew while it was low: the run's own losses are the reference.
+        if self.config.normalize == "tokens" and self.config.anneal == "none":
+            return super().loss_scale(vocab_size)
+        return None
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)

@@ -7,18 +7,19 @@ when its magnitude has stayed above a bound for ``patience`` consecutive steps. 
 the objective (``Objective.loss_scale``, summed over a Composite's terms by weight):
 
 * a known scale -- about the loss of a model that has learned nothing: ``ln |V|`` for a token-level
-  cross-entropy over the vocabulary, ``ln`` of the candidate count for a contrastive term, ``ln C``
-  for a C-class head -- gives ``loss_factor x scale``. A model whose cross-entropy is twice the
-  uniform model's for several steps in a row is confidently wrong everywhere, which an ordinary noisy
-  step or an early spike does not produce;
-* an objective with a term of no known scale (the rates of latent-variable losses, contrastive sets
-  that vary with the batch) is judged on the run's own losses: ``relative_factor x`` the largest loss
-  magnitude of the run so far that was not itself above the bound (the first loss, at the initial
-  weights, always counts). The factor is wide: a per-sentence loss reads several times higher on a
-  length-bucketed batch of long sentences than on one of short sentences. A healthy loss that rises
-  as a schedule asks (KL annealing) carries the reference with it; an explosion leaves it by orders
-  of magnitude in a step or two. A loss that creeps up by less than that factor per step is caught
-  only once it is no longer finite.
+  cross-entropy over the vocabulary or a bound on -ln p(x) per token, ``ln`` of the candidate count
+  for a contrastive term, ``ln C`` for a C-class head -- gives ``loss_factor x scale``. A model
+  whose cross-entropy is twice the uniform model's for several steps in a row is confidently wrong
+  everywhere, which an ordinary noisy step or an early spike does not produce;
+* an objective with a term of no known scale (A-MIM's -1/2 (ln q(z|x) + ln P(z)), which no ln |V|
+  bounds; a loss per sentence; a KL whose weight is annealed; contrastive sets that vary with the
+  batch) is judged on the run's own losses: ``relative_factor x`` the largest loss magnitude of the
+  run so far that was not itself above the bound (the first loss, at the initial weights, always
+  counts). The factor is wide: a per-sentence loss reads several times higher on a length-bucketed
+  batch of long sentences than on one of short sentences. A healthy loss that rises as a schedule
+  asks (KL annealing) carries the reference with it; an explosion leaves it by orders of magnitude
+  in a step or two. A sustained rise by less than that factor (which the tighter bound of a known
+  scale would catch) goes unnoticed until the loss is no longer finite.
 
 The rule is always on: with restarts off (the default), a divergence stops the run with one clear
 error and keeps what is on disk; with ``enabled: true`` it triggers the restarts.
