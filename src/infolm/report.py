@@ -528,30 +528,36 @@ class GroupCurves:
     panels: dict[tuple[str, str], tuple[list[list[tuple[float, float]]], SummaryCurve | None]]
 
 
-def _points(run: RunReport, curve: str, axis: str, seconds_per_unit: float) -> list[tuple[float, float]]:
+def _points(run: RunReport, curve: str) -> list[tuple[int, float, float | None]]:
+    """(step, shown value, elapsed seconds) of a run's training loss or validation metric."""
     if curve == "train":
-        points = run.curve_train
-    else:
-        show = validation_scale(run.selection or "loss")[1]
-        points = [(step, show(value), elapsed) for step, value, elapsed in run.curve_valid]
-    if axis == "step":
-        return [(float(step), value) for step, value, _ in points]
-    return [(elapsed / seconds_per_unit, value) for _, value, elapsed in points if elapsed is not None]
+        return run.curve_train
+    show = validation_scale(run.selection or "loss")[1]
+    return [(step, show(value), elapsed) for step, value, elapsed in run.curve_valid]
 
 
 def group_curves(runs: Sequence[RunReport], seconds_per_unit: float = 1.0) -> list[GroupCurves]:
     """Each group's curves as the plot draws them: the training loss and the validation metric (a per-token
     NLL as perplexity) of every seed against steps and against elapsed time (in units of
-    ``seconds_per_unit``), and the mean ± sd over the seeds that have points (``summary_curve``)."""
+    ``seconds_per_unit``), and the mean ± sd over the seeds that have points, on the common step grid
+    (``summary_curve``); against time, that mean is drawn at the seeds' mean elapsed time of each step."""
     groups: dict[str, list[RunReport]] = {}
     for run in runs:
         groups.setdefault(run.group, []).append(run)
     out = []
     for name, members in groups.items():
         panels = {}
-        for curve, axis in PANELS:
-            seeds = [_points(run, curve, axis, seconds_per_unit) for run in members]
-            panels[curve, axis] = (seeds, summary_curve([points for points in seeds if points]))
+        for curve in ("train", "valid"):
+            points = [_points(run, curve) for run in members]
+            by_step = [[(float(step), value) for step, value, _ in seed] for seed in points]
+            panels[curve, "step"] = (by_step, summary_curve([seed for seed in by_step if seed]))
+            timed = [[(s, v, t / seconds_per_unit) for s, v, t in seed if t is not None] for seed in points]
+            values = summary_curve([[(s, v) for s, v, _ in seed] for seed in timed if seed])
+            times = summary_curve([[(s, t) for s, _, t in seed] for seed in timed if seed])
+            summary = None
+            if values is not None and times is not None:
+                summary = SummaryCurve(x=times.mean, mean=values.mean, sd=values.sd, seeds=values.seeds)
+            panels[curve, "time"] = ([[(t, v) for _, v, t in seed] for seed in timed], summary)
         out.append(GroupCurves(name, members[0].label, [run.seed for run in members], panels))
     return out
 
