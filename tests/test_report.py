@@ -84,7 +84,9 @@ def test_report_table_and_csv(runs, tmp_path):
 def test_report_of_something_that_is_not_a_run(tmp_path):
     (tmp_path / "notes").mkdir()
     assert_one_line_error(run_cli("report", str(tmp_path), "--no-plot"), "is not an infolm run directory")
-    assert_one_line_error(run_cli("report", str(tmp_path / "nothing"), "--no-plot"), "no such folder")
+    assert_one_line_error(run_in_process("report", str(tmp_path / "nothing"), "--no-plot"), "no such folder")
+    (tmp_path / "notes.txt").write_text("")
+    assert_one_line_error(run_in_process("report", str(tmp_path / "notes.txt"), "--no-plot"), "not a folder")
 
 
 def test_format_mean_std_cells() -> None:
@@ -150,7 +152,7 @@ def test_summary_curve_interpolates_over_the_range_all_seeds_cover():
 
 
 def test_plot_draws_each_group_mean_and_band_in_one_colour_per_group(synthetic, tmp_path):
-    from infolm.report import group_curves, plot_curves, report
+    from infolm.report import group_curves, plot_curves, plot_warnings, report
 
     runs, _ = report(synthetic)
     lr20, lr5 = group_curves(runs)
@@ -168,6 +170,8 @@ def test_plot_draws_each_group_mean_and_band_in_one_colour_per_group(synthetic, 
     )
     np.testing.assert_allclose(timed.mean, train.mean)
 
+    assert plot_warnings(runs) == ["lr=20: its seeds end at steps 30, 40; the mean stops at step 30"]
+
     figure = plot_curves(runs, tmp_path / "curves.png")
     steps, _, valid_axes, _ = figure.axes[:4]
     lines = {line.get_gid(): line for line in steps.get_lines()}
@@ -179,6 +183,22 @@ def test_plot_draws_each_group_mean_and_band_in_one_colour_per_group(synthetic, 
     assert len(steps.collections) == 1  # one band: lr=5 has a single seed
     assert "perplexity" in valid_axes.get_ylabel() and "step" in steps.get_xlabel()
     assert "seconds" in figure.axes[1].get_xlabel() and "nats per token" in steps.get_ylabel()
+
+
+def test_a_metric_that_is_not_an_nll_is_drawn_as_itself(tmp_path):
+    from infolm.report import group_curves, plot_curves, report
+
+    def valid(step, mcc):
+        return {"step": step, "split": "valid", "mcc": mcc, "accuracy": 0.7, "loss": 0.6, "best_mcc": mcc}
+
+    records = [_train(10, 0.7, 1.0), valid(10, 0.1), _train(20, 0.6, 2.0), valid(20, 0.3)]
+    run = _write_run(tmp_path / "cola", 1, records, task__name="classification")
+    runs, groups = report([run])
+    (group,) = group_curves(runs)
+    assert group.panels["valid", "step"][0] == [[(10.0, 0.1), (20.0, 0.3)]]  # MCC as logged, no exp
+    assert set(groups[0].stats) >= {"valid_mcc", "best_valid_mcc", "valid_accuracy", "valid_loss", "train_loss"}
+    figure = plot_curves(runs, tmp_path / "curves.png")
+    assert figure.axes[2].get_ylabel() == "validation MCC" and "nats per sentence" in figure.axes[0].get_ylabel()
 
 
 def test_a_run_with_one_point_is_drawn_as_a_marker_with_a_warning(tmp_path):

@@ -129,7 +129,8 @@ def expand_run_dirs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]
             runs.append(given)
             continue
         if not given.is_dir():
-            raise InfolmError(f"{given} is not an infolm run directory (no such folder)")
+            problem = "not a folder" if given.exists() else "no such folder"
+            raise InfolmError(f"{given} is not an infolm run directory ({problem})")
         inside = sorted((p for p in given.iterdir() if p.is_dir() and is_run_dir(p)), key=_natural_key)
         if not inside:
             raise InfolmError(
@@ -483,12 +484,16 @@ def summary_curve(curves: Sequence[Sequence[tuple[float, float]]]) -> SummaryCur
     return SummaryCurve(x=x, mean=values.mean(axis=0), sd=sd, seeds=len(grids))
 
 
+def _perplexity(nll: float) -> float:
+    return math.exp(nll) if nll < 700 or math.isnan(nll) else math.inf
+
+
 def validation_scale(selection: str) -> tuple[str, Callable[[float], float]]:
     """How the validation panel shows a selection metric: a per-token NLL as perplexity (its exp), any other
     metric (MCC, accuracy, a bound) as itself."""
     if selection == "loss" or selection.endswith("nll"):
         name = "perplexity" if selection == "loss" else f"{selection.removesuffix('nll')}perplexity"
-        return f"validation {name} (exp of nats per token)", lambda v: math.exp(v) if v < 700 else math.inf
+        return f"validation {name} (exp of nats per token)", _perplexity
     if selection in ("neg_elbo", "amim_loss"):
         return f"validation {selection} (nats per token)", float
     return f"validation {selection.upper() if len(selection) <= 3 else selection}", float
@@ -504,7 +509,8 @@ def time_scale(seconds: float) -> tuple[float, str]:
 
 
 def plot_warnings(runs: Sequence[RunReport]) -> list[str]:
-    """Runs whose curve has a single point (drawn as a marker) or no point at all."""
+    """Runs whose curve has a single point (drawn as a marker) or no point at all, and groups whose seeds
+    stopped at different steps (the mean covers only the steps all of them reached)."""
     out = []
     for run in runs:
         for what, curve in (("training loss", run.curve_train), ("validation", run.curve_valid)):
@@ -512,6 +518,14 @@ def plot_warnings(runs: Sequence[RunReport]) -> list[str]:
                 out.append(f"{run.run_dir}: one {what} point only (step {curve[0][0]}), drawn as a marker")
             elif not curve:
                 out.append(f"{run.run_dir}: no {what} point logged, nothing drawn")
+    groups: dict[str, list[RunReport]] = {}
+    for run in runs:
+        groups.setdefault(run.group, []).append(run)
+    for members in groups.values():
+        ends = [run.curve_train[-1][0] for run in members if run.curve_train]
+        if len(set(ends)) > 1:
+            steps = ", ".join(map(str, ends))
+            out.append(f"{members[0].label}: its seeds end at steps {steps}; the mean stops at step {min(ends)}")
     return out
 
 
