@@ -134,7 +134,7 @@ def expand_run_dirs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]
         inside = sorted((p for p in given.iterdir() if p.is_dir() and is_run_dir(p)), key=_natural_key)
         if not inside:
             raise InfolmError(
-                f"{given} is not an infolm run directory (no config.yaml or metrics.jsonl) and holds none"
+                f"{given} is not an infolm run directory (no config.yaml or metrics.jsonl), nor is any folder in it"
             )
         started = [p for p in given.iterdir() if p.is_dir() and (p / "config.yaml").is_file() and p not in inside]
         kind = "finetune" if (given / "summary.json").is_file() else "sweep" if (given / "study.db").is_file() else ""
