@@ -221,8 +221,7 @@ def test_group_labels_are_short_and_unique_and_the_full_keys_are_kept():
     many = [{**base, **{f"model.setting_{i:02d}": (i + 1) * j + 0.5 for i in range(40)}} for j in range(4)]
     named = group_labels(many)
     labels = [label for _, label, _ in named]
-    assert len(set(labels)) == 4 and all(len(label) <= LABEL_CHARS for label in labels)
-    assert labels[1].startswith("setting_00=1.5, ") and labels[1].endswith("…")
+    assert labels == ["setting_00=0.5", "setting_00=1.5", "setting_00=2.5", "setting_00=3.5"]  # one key tells
     assert all(len(full) == 40 for _, _, full in named)  # the full mapping loses nothing
     assert named[1][0].startswith("model.setting_00=1.5 model.setting_01=2.5 ")
 
@@ -231,6 +230,23 @@ def test_group_labels_are_short_and_unique_and_the_full_keys_are_kept():
     assert [label for _, label, _ in group_labels(configs)] == ["no imm", "imm.weight=0.1", "imm.weight=0.5"]
     configs = [{**base, "objective.ar.weight": 2.0}, {**base, "objective.ar.weight": 2.0, "objective.tar.weight": 1.0}]
     assert [label for _, label, _ in group_labels(configs)] == ["no tar", "+tar"]  # ar is common to both
+    grid = [{**base, "optim.lr": lr, "model.dropout": dropout} for lr in (5.0, 20.0) for dropout in (0.0, 0.5)]
+    assert [label for _, label, _ in group_labels(grid)] == [
+        "dropout=0, lr=5",
+        "dropout=0.5, lr=5",
+        "dropout=0, lr=20",
+        "dropout=0.5, lr=20",
+    ]
+    noising = {**base, "objective.noising.weight": 1.0, "objective.noising.gamma0": 0.2}
+    del noising["objective.mle.weight"]  # noising in place of MLE: named by the term it adds
+    ablation = [base, noising, {**base, "optim.lr": 5.0}, {**base, "optim.decay": 0.5}]
+    labelled = group_labels(ablation)
+    assert [label for _, label, _ in labelled] == ["lr=20", "+noising, lr=20", "lr=5", "decay=0.5, lr=20"]
+    wide = {**base, **{f"model.setting_{i}": "a-long-default-value" for i in range(5)}}
+    one_hot = [wide] + [{**wide, f"model.setting_{i}": "another-long-value"} for i in range(5)]
+    labels = [label for _, label, _ in group_labels(one_hot)]  # 5 keys needed: capped, numbered
+    assert len(set(labels)) == 6 and all(len(label) <= LABEL_CHARS for label in labels)
+    assert labels[0] == "g1 setting_0=a-long…t-value, setting_1=…"
     paths = [{**base, "data.train": f"/corpora/wikitext-103-tokenized-part-{i}.txt"} for i in (1, 2)]
     assert [label for _, label, _ in group_labels(paths)] == ["train=wikite…t-1.txt", "train=wikite…t-2.txt"]
     assert group_labels([base, {**base, "run.seed": 3, "train.max_steps": 9}])[0][1] == "all runs"

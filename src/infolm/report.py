@@ -260,12 +260,28 @@ def _short_names(names: Sequence[str], sections: dict[str, str]) -> dict[str, st
     return out
 
 
+def _telling(names: list[str], values: list[list[Any]], cost: list[float]) -> list[str]:
+    """The fewest of ``names`` (greedily) whose ``values`` (one list per name, one value per config) tell
+    the configs apart, most telling first; a tie goes to the lower ``cost`` (how many labels the name
+    lengthens), then to the earlier name."""
+    classes: list[tuple[Any, ...]] = [() for _ in values[0]] if values else []
+    wanted = len({tuple(column) for column in zip(*values)})
+    chosen: list[int] = []
+    while len(set(classes)) < wanted:
+        split = {i: len(set(zip(classes, values[i]))) for i in range(len(names)) if i not in chosen}
+        best = max(split, key=lambda i: (split[i], -cost[i], -i))
+        chosen.append(best)
+        classes = [(*c, v) for c, v in zip(classes, values[best])]
+    return [names[i] for i in chosen]
+
+
 def group_labels(configs: Sequence[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:
     """For each of the flattened ``configs``: (the differing keys in full, a short unique label,
-    the differing keys with its values). A label names keys by their shortest unambiguous ending, a section
-    that only some groups have as ``+name`` (unless one of its keys is named), abbreviates long values,
-    and shows at most ``LABEL_KEYS`` keys and ``LABEL_CHARS`` characters; labels that would still
-    coincide are told apart by a prefix ``gN``."""
+    the differing keys with its values). A label names the fewest keys that tell the groups apart, each by
+    its shortest unambiguous ending; a section that only some groups have is ``+name`` on those (unless one
+    of its keys is named), or ``no name`` on the others where most groups have it. Long values are
+    abbreviated, at most ``LABEL_KEYS`` keys and ``LABEL_CHARS`` characters shown; labels that would
+    still coincide are told apart by a prefix ``gN``."""
     configs = [_grouped_keys(config) for config in configs]
     differing = _differing_keys(configs)
     sections = _sections(configs, differing)
@@ -276,11 +292,19 @@ def group_labels(configs: Sequence[dict[str, Any]]) -> list[tuple[str, str, dict
         values = [repr(config.get(key)) for config in configs if _has(config, section)]
         if len(set(values)) > 1:
             shown.append(key)  # the key tells apart groups that all have its section
-
-    def distinct(name: str) -> int:
-        return len({repr(c.get(name)) if name in differing else _has(c, name) for c in configs})
-
-    shown.sort(key=lambda name: (-distinct(name), not name.endswith(".name"), name))
+    shown.sort(key=lambda name: (not name.endswith(".name"), name))  # ties: a plug-in's name, then A-Z
+    identities = [json.dumps(config, sort_keys=True, default=str) for config in configs]
+    number = {identity: n for n, identity in enumerate(dict.fromkeys(identities), 1)}
+    having = {name: sum(_has(c, name) for c in configs) for name in shown if name not in differing}
+    common = {name for name, count in having.items() if 2 * count > len(configs)}  # shown as "no name"
+    columns: list[list[Any]] = [
+        [repr(c.get(name)) if name in differing else _has(c, name) for c in configs] for name in shown
+    ]
+    cost = [
+        len(configs) if name in differing else len(configs) - having[name] + 0.5 if name in common else having[name]
+        for name in shown
+    ]
+    shown = _telling(shown, columns, cost)
     short = _short_names(shown, sections)
 
     def parts(config: dict[str, Any], limit: int | None) -> list[str]:
@@ -289,20 +313,17 @@ def group_labels(configs: Sequence[dict[str, Any]]) -> list[tuple[str, str, dict
         for name in shown:
             if name in differing and name in config:
                 out.append(f"{short[name]}={_short_value(config[name], limit)}")
-            elif name not in differing and name not in named and _has(config, name):
-                out.append(f"+{short[name]}")
+            elif name not in differing and name not in named and _has(config, name) != (name in common):
+                out.append(f"no {short[name]}" if name in common else f"+{short[name]}")
         if not out:
-            absent = [short[name] for name in shown if name not in sections and name not in config]
-            out.append("no " + "/".join(absent[:LABEL_KEYS]) if absent else "all runs")
+            absent = [sections[n].rsplit(".", 1)[-1] if n in sections else short[n] for n in shown if n not in config]
+            out.append("no " + "/".join(list(dict.fromkeys(absent))[:LABEL_KEYS]) if absent else "all runs")
         return out
 
-    def label(config: dict[str, Any], limit: int | None) -> str:
+    def label(config: dict[str, Any], limit: int | None, prefix: str = "") -> str:
         items = parts(config, limit)
-        text = ", ".join(items[:LABEL_KEYS]) + (", …" if len(items) > LABEL_KEYS else "")
+        text = prefix + ", ".join(items[:LABEL_KEYS]) + (", …" if len(items) > LABEL_KEYS else "")
         return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
-
-    identities = [json.dumps(config, sort_keys=True, default=str) for config in configs]
-    number = {identity: n for n, identity in enumerate(dict.fromkeys(identities), 1)}
 
     def clash(labels: list[str]) -> bool:
         return len(set(labels)) < len(number)
@@ -311,7 +332,7 @@ def group_labels(configs: Sequence[dict[str, Any]]) -> list[tuple[str, str, dict
     if clash(labels):
         labels = [label(config, None) for config in configs]
     if clash(labels):
-        labels = [f"g{number[i]} {label(c, VALUE_CHARS)}" for i, c in zip(identities, configs)]
+        labels = [label(c, VALUE_CHARS, f"g{number[i]} ") for i, c in zip(identities, configs)]
     out = []
     for config, text in zip(configs, labels):
         full = {key: config[key] for key in differing if key in config}
