@@ -316,9 +316,12 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from infolm.report import plot_curves, report, table, to_csv, to_json
+    from infolm.report import expand_run_dirs, plot_curves, plot_warnings, report, table, to_csv, to_json
 
-    runs, groups = report(args.run_dirs)
+    run_dirs, notes = expand_run_dirs(args.run_dirs)
+    for note in notes:
+        sys.stderr.write(f"infolm report: {note}\n")
+    runs, groups = report(run_dirs)
     if args.json:
         print(to_json(groups, runs))
     elif args.csv:
@@ -326,6 +329,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         print(table(groups))
     if not args.no_plot:
+        for warning in plot_warnings(runs):
+            sys.stderr.write(f"infolm report: warning: {warning}\n")
         plot_curves(runs, args.plot)
         sys.stderr.write(f"infolm report: learning curves in {args.plot}\n")
     return 0
@@ -410,7 +415,9 @@ def make_parser() -> Parser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("report", help="final metrics of runs grouped by config (mean ± std over seeds), curves")
-    p.add_argument("run_dirs", nargs="+", help="run directories written by infolm train")
+    p.add_argument(
+        "run_dirs", nargs="+", help="run directories, or folders of runs (a finetune's seeds, a sweep's trials)"
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the groups (and their runs) as JSON")
     out.add_argument("--csv", action="store_true", help="print the groups as CSV (mean and std columns)")
