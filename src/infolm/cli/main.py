@@ -182,8 +182,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "real": dataclasses.asdict(estimate_segment_mi(real, len(corpus.vocab))),
             "tokens": args.mi_generated,
         }
-    _print(result, args.json)
+    _print_evaluation(result, corpus.level, args)
     return 0
+
+
+def _print_evaluation(result: dict[str, Any], level: str, args: argparse.Namespace) -> None:
+    """The results; each extra evaluation's raw numbers end with its one-line before/after summary (in JSON,
+    the lines are the ``summaries`` field)."""
+    from infolm.cli.summaries import extra_summaries
+
+    summaries = extra_summaries(result, level, args.induced_ngram)
+    if args.json:
+        _print({**result, "summaries": summaries} if summaries else result, True)
+        return
+    for key, value in result.items():
+        _print({key: value}, False)
+        if key in summaries:
+            print(summaries[key])
 
 
 def _check_generates(run_dir: str) -> None:
