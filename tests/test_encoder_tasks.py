@@ -230,3 +230,42 @@ def test_unknown_extra_training_text_is_one_line_at_config_time(capsys, tmp_path
     )  # fmt: skip
     assert code == 2 and "task.extra_train: unknown text dataset 'shakespear'; known:" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_finetune_that_predicts_one_class_warns_on_stderr_and_in_the_summary(tmp_path, capsys, monkeypatch):
+    train, test = cola_files(tmp_path)
+    run_dir = tmp_path / "cola"
+    tiny = ["model.dim=16", "model.layers=1", "model.heads=2", "model.ff_dim=32", "model.max_len=32"]
+    data = ["data.name=path", f"data.train={train}", f"data.test={test}", "task.vocab_size=60", "task.min_frequency=1"]
+    code, err = run_in_process(
+        capsys,
+        monkeypatch,
+        "finetune",
+        "configs/cola/finetune-base.yaml",
+        "--seeds",
+        "1,2",
+        f"run.dir={run_dir}",
+        "task.max_len=32",
+        "train.max_steps=1",
+        "optim.lr=0",  # the classifier stays at its initialization: one class for every sentence
+        *data,
+        *tiny,
+    )
+    assert code == 0, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [summary["per_seed"][s]["valid"]["predicted_classes"] for s in ("1", "2")] == [1.0, 1.0]
+    assert summary["one_class_seeds"] == [1, 2] and summary["summary"]["valid"]["mcc"]["mean"] == 0.0
+    (warning,) = summary["warnings"]
+    assert "predicts one class for all of valid (MCC 0)" in warning
+    assert [line for line in err.splitlines() if "warning" in line] == [f"infolm: warning: {warning}"]
+
+
+def test_one_class_warning_needs_every_seed_at_one_class():
+    from infolm.finetune import one_class_seeds, one_class_warning
+
+    stuck = {"valid": {"mcc": 0.0, "predicted_classes": 1.0}}
+    learned = {"valid": {"mcc": 0.31, "predicted_classes": 2.0}}
+    assert one_class_seeds({1: stuck, 2: learned, 3: stuck}) == [1, 3]
+    assert one_class_warning({1: stuck, 2: learned, 3: stuck}) is None
+    assert one_class_warning({1: stuck, 3: stuck}) is not None
+    assert one_class_warning({1: {"valid": {"nll": 5.0}}}) is None  # a task that reports no classes

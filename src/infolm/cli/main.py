@@ -96,6 +96,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from infolm.finetune import finetune
 
     summary = finetune(args.config, args.seeds, list(args.overrides), ("valid", "test"))
+    for warning in summary["warnings"]:
+        sys.stderr.write(f"infolm: warning: {warning}\n")
     _print({"run_dir": str(summary["run_dir"]), **summary["headline"]}, args.json)
     return 0
 
