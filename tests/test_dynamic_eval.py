@@ -160,3 +160,26 @@ def test_gradient_statistics_from_few_windows_warn(model_and_stream, capsys) -> 
     assert "come from 1 window(s) of 4 rows x 20 tokens" in capsys.readouterr().err
     gradient_statistics(model, stream, EOS, batch_size=1, bptt=5)  # 12 windows
     assert capsys.readouterr().err == ""
+
+
+def test_run_reports_the_static_test_loss_beside_the_dynamic_one() -> None:
+    """The baseline of the test loss is the same walk with the weights held: the one-row static NLL."""
+    from infolm.evaluation.dynamic import run_dynamic_eval
+
+    torch.manual_seed(1)
+    model = TinyLSTM(dropout=0.0)
+    streams = {"train": torch.randint(1, V, (200,)), "valid": torch.randint(1, V, (15,)).repeat(4)}
+    streams["test"] = streams["valid"].flip(0)
+
+    class Corpus:
+        class vocab:  # noqa: N801 - the corpus attribute the evaluation reads
+            eos_id = EOS
+
+        def stream(self, split: str) -> Tensor:
+            return streams[split]
+
+    grid = DynamicEvalGrid(lr=[1e-2], decay=[1e-3], epsilon=[1e-5], bptt=[5])
+    result = run_dynamic_eval(model, Corpus(), DynamicEvalConfig(ms_batch_size=4, ms_bptt=10), grid)
+    assert result["static_test_nll"] == pytest.approx(static_nll(model, streams["test"]) / 60, rel=1e-5)
+    assert result["static_valid_nll"] == pytest.approx(static_nll(model, streams["valid"]) / 60, rel=1e-5)
+    assert result["test_nll"] < result["static_test_nll"] - 0.1  # repeated text: adaptation helps

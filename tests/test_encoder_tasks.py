@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 
 from infolm.cli.main import main
 from infolm.config import load_config
@@ -230,3 +231,91 @@ def test_unknown_extra_training_text_is_one_line_at_config_time(capsys, tmp_path
     )  # fmt: skip
     assert code == 2 and "task.extra_train: unknown text dataset 'shakespear'; known:" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_finetune_that_predicts_one_class_warns_on_stderr_and_in_the_summary(tmp_path, capsys, monkeypatch):
+    train, test = cola_files(tmp_path)
+    run_dir = tmp_path / "cola"
+    tiny = ["model.dim=16", "model.layers=1", "model.heads=2", "model.ff_dim=32", "model.max_len=32"]
+    data = ["data.name=path", f"data.train={train}", f"data.test={test}", "task.vocab_size=60", "task.min_frequency=1"]
+    code, err = run_in_process(
+        capsys,
+        monkeypatch,
+        "finetune",
+        "configs/cola/finetune-base.yaml",
+        "--seeds",
+        "1,2",
+        f"run.dir={run_dir}",
+        "task.max_len=32",
+        "train.max_steps=1",
+        "optim.lr=0",  # the classifier stays at its initialization: one class for every sentence
+        *data,
+        *tiny,
+    )
+    assert code == 0, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [summary["per_seed"][s]["valid"]["predicted_classes"] for s in ("1", "2")] == [1.0, 1.0]
+    assert summary["one_class_seeds"] == [1, 2] and summary["summary"]["valid"]["mcc"]["mean"] == 0.0
+    (warning,) = summary["warnings"]
+    assert "predicts one class for all of valid (MCC 0)" in warning
+    assert [line for line in err.splitlines() if "warning" in line] == [f"infolm: warning: {warning}"]
+
+
+def test_one_class_warning_needs_every_seed_at_one_class():
+    from infolm.finetune import one_class_seeds, one_class_warning
+
+    stuck = {"valid": {"mcc": 0.0, "predicted_classes": 1.0}}
+    learned = {"valid": {"mcc": 0.31, "predicted_classes": 2.0}}
+    assert one_class_seeds({1: stuck, 2: learned, 3: stuck}) == [1, 3]
+    assert one_class_warning({1: stuck, 2: learned, 3: stuck}) is None
+    assert one_class_warning({1: stuck, 3: stuck}) is not None
+    assert one_class_warning({1: {"valid": {"nll": 5.0}}}) is None  # a task that reports no classes
+
+
+def test_export_writes_a_model_card_from_the_run_directory_alone(ptb_slice_files, tmp_path, capsys, monkeypatch):
+    """The data the run trained on is gone and nothing may be fetched: the run's config, vocab.json and
+    checkpoint suffice for the weights, metrics.jsonl and meta.json for the card."""
+    import shutil
+    from pathlib import Path
+
+    from infolm import __version__
+
+    data_dir, run_dir, out = tmp_path / "data", tmp_path / "run", tmp_path / "hf"
+    data_dir.mkdir()
+    files = [f"data.{split}={shutil.copy(ptb_slice_files[split], data_dir)}" for split in ("train", "valid", "test")]
+    tiny = ["model.dim=16", "model.layers=1", "model.heads=2", "model.ff_dim=32", "model.max_len=24"]
+    objective = ["objective.mlm-nce.weight=0.5"]
+    code, err = run_in_process(
+        capsys,
+        monkeypatch,
+        "train",
+        "configs/ptb/infoword.yaml",
+        *MLM_SETTINGS,
+        "data.name=path",
+        *files,
+        f"run.dir={run_dir}",
+        "train.max_steps=2",
+        "train.eval_every=1",
+        *tiny,
+        *objective,
+    )
+    assert code == 0, err
+    shutil.rmtree(data_dir)
+    (tmp_path / "empty").mkdir()
+    for name, value in {"INFOLM_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "INFOLM_DATA_MIRROR": tmp_path / "empty"}.items():
+        monkeypatch.setenv(name, str(value))
+    code, err = run_in_process(capsys, monkeypatch, "export", str(run_dir), str(out))
+    assert code == 0, err
+    assert {p.name for p in out.iterdir()} == {"config.json", "model.safetensors", "tokenizer.json", "README.md"}
+    card = (out / "README.md").read_text()
+    assert "- task: `masked-lm`" in card and f"train file: `{data_dir / 'train.txt'}`" in card
+    assert "- objective: `mlm-nce` (weight 0.5), `dim` (weight 1.0)" in card
+    assert "`BertForMaskedLM`" in card and f"infolm {__version__}" in card and "`train.max_steps=2`" in card
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in records if r.get("split") == "valid"]
+    best = min(valid, key=lambda r: r["loss"])
+    assert len(valid) == 2 and f"| loss | {best['loss']:.4f} |" in card and f"at step {best['step']}:" in card
+    parameters = sum(t.numel() for t in load_file(out / "model.safetensors").values())
+    # the saved tensors hold no tied copy of the word embeddings: the card counts the model's own parameters
+    assert f"{parameters:,} parameters" in card
+    assert Path(out / "tokenizer.json").read_bytes() == (run_dir / "tokenizer.json").read_bytes()

@@ -157,3 +157,8 @@ def test_run_mc_dropout_tunes_rate_scale_and_temperature_on_valid(stream: Tensor
     assert (untuned["rate_scale"], untuned["temperature"]) == (1.0, 1.0) and untuned["valid_nll"] == pytest.approx(
         trials[4]
     )
+    assert untuned["tuned_on_valid_tokens"] == 0 and result["tuned_on_valid_tokens"] == stream.numel()
+    # the baseline of the test loss: the same rows and windows with dropout off
+    nll, tokens = stream_nll(model, stream.flip(0), EOS, batch_size=2, bptt=5)
+    assert result["standard_test_nll"] == untuned["standard_test_nll"] == pytest.approx(nll / tokens)
+    assert model.drop.p == 0.5

@@ -126,3 +126,10 @@ def test_generated_texts_give_pairs_that_never_cross_two_texts() -> None:
     assert texts.size(0) == 8 and texts.size(1) % 12 == 0 and texts.numel() >= 300
     pairs, _ = row_segment_pairs(texts, 5, 2)
     assert len(pairs) == texts.numel() // 12  # every token is in a pair: none lost at a boundary
+
+
+def test_every_fold_is_made_when_the_pairs_do_not_divide_evenly() -> None:
+    """32 pairs in 10 folds: chunks of 4 would make only 8 folds; each of the 10 gets 3 or 4 pairs."""
+    config = MIEstimatorConfig(folds=10, steps=1, batch_size=4, eval_every=1, patience=1, neg_shifts=2)
+    x, y = correlated_gaussians(32, 2, 0.5)
+    assert len(cross_validated_mi(x, y, lambda: VectorCritic(2), config).folds) == 10

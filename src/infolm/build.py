@@ -354,6 +354,28 @@ def load_run(
     return config, corpus, model
 
 
+def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Config, LanguageModel, Path]:
+    """Config, evaluation weights (best, else latest) and their checkpoint folder of a run, from the run
+    directory alone: the model's size comes from the saved ``vocab.json``, no data is read or fetched."""
+    from infolm.config import load_config
+    from infolm.data.vocab import Vocab
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise InfolmError(f"{run_dir} is not an infolm run directory (no config.yaml)")
+    if not (run_dir / "vocab.json").is_file():
+        raise InfolmError(f"run directory {run_dir} has no vocab.json")
+    config = load_config(run_dir / "config.yaml")
+    config.run.dir = str(run_dir)
+    chosen = _evaluation_checkpoint(run_dir)
+    if chosen is None:
+        raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
+    model = build_model(config, len(Vocab.load(run_dir / "vocab.json")))
+    _load_checkpoint_weights(model, chosen)
+    model.to(device).eval()
+    return config, model, chosen
+
+
 def evaluate_best(config: Config, splits: Sequence[str]) -> dict[str, dict[str, float]]:
     """The task's metrics of a finished run's evaluation weights (best, else latest) on ``splits``."""
     loaded, data, model = load_run(config.run.dir)

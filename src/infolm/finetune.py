@@ -4,6 +4,9 @@
 seed in ``run.dir/seed-N`` (each resumable on its own), evaluates each run's ``best/`` checkpoint on
 valid and test, and writes ``run.dir/summary.json``: per seed, then mean and sample standard deviation
 (ddof 1) of every number across seeds. Runs that already finished are evaluated, not retrained.
+When every seed's selected checkpoint predicts one class for every sentence of the selection split
+(a task that reports ``predicted_classes``: classification), the summary carries a warning: the mean ±
+std then describes runs that learned nothing (MCC 0), not a fine-tuning recipe.
 """
 
 from __future__ import annotations
@@ -45,6 +48,24 @@ def summarize(per_seed: dict[int, dict[str, dict[str, float]]]) -> dict[str, dic
     return out
 
 
+def one_class_seeds(per_seed: dict[int, dict[str, dict[str, float]]], split: str = "valid") -> list[int]:
+    """The seeds whose evaluation weights predict one class for every sentence of ``split``."""
+    return [seed for seed, splits in per_seed.items() if splits.get(split, {}).get("predicted_classes") == 1]
+
+
+def one_class_warning(per_seed: dict[int, dict[str, dict[str, float]]], split: str = "valid") -> str | None:
+    """A line when every seed's selected checkpoint predicts a single class on ``split``, else None."""
+    seeds = one_class_seeds(per_seed, split)
+    if not seeds or len(seeds) < len(per_seed):
+        return None
+    mcc = {seed: per_seed[seed][split].get("mcc") for seed in seeds}
+    at_zero = " (MCC 0)" if all(value == 0 for value in mcc.values()) else ""
+    return (
+        f"every seed's selected checkpoint ({len(seeds)} of {len(per_seed)}) predicts one class for all of "
+        f"{split}{at_zero}: the fine-tuning learned nothing; try another optim.lr, more steps or another seed"
+    )
+
+
 def finetune(
     config_path: str | None, seeds: Sequence[int], overrides: Sequence[str], splits: Sequence[str]
 ) -> dict[str, Any]:
@@ -65,12 +86,15 @@ def finetune(
         for name, value in metrics.items()
         if name in SELECTION_NAMES
     }
+    warning = one_class_warning(per_seed)
     summary = {
         "run_dir": base.run.dir,
         "seeds": list(seeds),
         "per_seed": {str(s): m for s, m in per_seed.items()},
         "summary": stats,
         "headline": headline,
+        "one_class_seeds": one_class_seeds(per_seed),  # selected checkpoints that predict one class on valid
+        "warnings": [warning] if warning else [],
     }
     path = Path(base.run.dir) / "summary.json"
     tmp = path.with_name(".summary.json.tmp")

@@ -73,22 +73,33 @@ def _seed_list(text: str) -> list[int]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    import os
     import shutil
     from pathlib import Path
 
-    from infolm.build import load_run
+    from infolm import __version__
+    from infolm.build import load_run_model
+    from infolm.data.vocab import Vocab
+    from infolm.model_card import model_card
     from infolm.models.bert_export import export_bert
     from infolm.models.encoder import Encoder
 
-    _, _, model = load_run(args.run_dir)
+    run_dir = Path(args.run_dir)
+    config, model, checkpoint = load_run_model(run_dir)  # the run directory alone: no data is read
     if not isinstance(model, Encoder):
         raise InfolmError(f"{args.run_dir} holds no BERT-style encoder (model.name=bert) to export")
     out = export_bert(model, args.out)
-    tokenizer = Path(args.run_dir) / "tokenizer.json"
+    tokenizer = run_dir / "tokenizer.json"
     if tokenizer.is_file():
         shutil.copyfile(tokenizer, out / "tokenizer.json")
     architecture = "BertForSequenceClassification" if model.classifier is not None else "BertForMaskedLM"
-    _print({"exported": str(out), "architecture": architecture}, args.json)
+    parameters = sum(p.numel() for p in model.parameters())
+    vocab_size = len(Vocab.load(run_dir / "vocab.json"))
+    card = model_card(run_dir, config, parameters, vocab_size, checkpoint, architecture, __version__)
+    card_tmp = out / ".README.md.tmp"
+    card_tmp.write_text(card)
+    os.replace(card_tmp, out / "README.md")
+    _print({"exported": str(out), "architecture": architecture, "model_card": str(out / "README.md")}, args.json)
     return 0
 
 
@@ -96,6 +107,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from infolm.finetune import finetune
 
     summary = finetune(args.config, args.seeds, list(args.overrides), ("valid", "test"))
+    for warning in summary["warnings"]:
+        sys.stderr.write(f"infolm: warning: {warning}\n")
     _print({"run_dir": str(summary["run_dir"]), **summary["headline"]}, args.json)
     return 0
 
@@ -182,8 +195,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "real": dataclasses.asdict(estimate_segment_mi(real, len(corpus.vocab))),
             "tokens": args.mi_generated,
         }
-    _print(result, args.json)
+    _print_evaluation(result, corpus.level, args)
     return 0
+
+
+def _print_evaluation(result: dict[str, Any], level: str, args: argparse.Namespace) -> None:
+    """The results; each extra evaluation's raw numbers end with its one-line before/after summary (in JSON,
+    the lines are the ``summaries`` field)."""
+    from infolm.cli.summaries import extra_summaries
+
+    summaries = extra_summaries(result, level, args.induced_ngram)
+    if args.json:
+        _print({**result, "summaries": summaries} if summaries else result, True)
+        return
+    for key, value in result.items():
+        _print({key: value}, False)
+        if key in summaries:
+            print(summaries[key])
 
 
 def _check_generates(run_dir: str) -> None:
@@ -351,7 +379,7 @@ def make_parser() -> Parser:
 
     p = sub.add_parser("export", help="write an encoder run as a Hugging Face transformers BERT directory")
     p.add_argument("run_dir", help="run directory of a model.name=bert run")
-    p.add_argument("out", help="directory for config.json, model.safetensors and tokenizer.json")
+    p.add_argument("out", help="directory for config.json, model.safetensors, tokenizer.json and README.md")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_export)
 

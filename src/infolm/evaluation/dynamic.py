@@ -246,13 +246,14 @@ def run_dynamic_eval(
 ) -> dict[str, Any]:
     """``infolm evaluate``: MS on train, grid search on valid, then valid and test with the best setting.
 
-    Returns ``{"valid_nll", "test_nll", "valid_tokens", "test_tokens", "static_valid_nll", "lr", "decay",
-    "epsilon", "bptt", "trials"}`` (per-token nats).
+    Returns ``{"valid_nll", "test_nll", "valid_tokens", "test_tokens", "static_valid_nll", "static_test_nll",
+    "lr", "decay", "epsilon", "bptt", "trials"}`` (per-token nats); the static losses walk the split the same
+    way with the weights held (lr 0), so each is the baseline of its dynamic loss.
     """
     base = base or DynamicEvalConfig()
     grid = grid or DynamicEvalGrid()
     eos = corpus.vocab.eos_id
-    passes = 1 + len(grid.candidates(base)) + 3  # statistics, the grid, static valid, valid, test
+    passes = 1 + len(grid.candidates(base)) + 4  # statistics, the grid, static valid, valid, static test, test
     progress = reporter("evaluate (dynamic)", passes, unit="pass")
     ms = gradient_statistics(
         model, corpus.stream("train"), eos, base.ms_batch_size, base.ms_bptt, base.ms_max_tokens, device
@@ -260,9 +261,11 @@ def run_dynamic_eval(
     progress.update(1, stage="gradient statistics")
     best, trials = tune_dynamic_eval(model, corpus.stream("valid"), eos, ms, base, grid, device, progress, 1)
     static = dynamic_evaluate(model, corpus.stream("valid"), eos, ms, dataclasses.replace(best, lr=0.0), device)
-    progress.update(passes - 2, stage="static valid")
+    progress.update(passes - 3, stage="static valid")
     valid = dynamic_evaluate(model, corpus.stream("valid"), eos, ms, best, device)
-    progress.update(passes - 1, stage="valid")
+    progress.update(passes - 2, stage="valid")
+    static_test = dynamic_evaluate(model, corpus.stream("test"), eos, ms, dataclasses.replace(best, lr=0.0), device)
+    progress.update(passes - 1, stage="static test")
     test = dynamic_evaluate(model, corpus.stream("test"), eos, ms, best, device)
     progress.update(passes, stage="test")
     progress.close()
@@ -272,6 +275,7 @@ def run_dynamic_eval(
         "valid_tokens": valid.tokens,
         "test_tokens": test.tokens,
         "static_valid_nll": static.loss,
+        "static_test_nll": static_test.loss,
         "lr": best.lr,
         "decay": best.decay,
         "epsilon": best.epsilon,

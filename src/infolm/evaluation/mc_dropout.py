@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from infolm.data.batching import IGNORE_INDEX
 from infolm.errors import InfolmError
-from infolm.evaluation.perplexity import stream_batches
+from infolm.evaluation.perplexity import stream_batches, stream_nll
 from infolm.models.base import LanguageModel, detach_state
 from infolm.progress import reporter
 
@@ -215,13 +215,19 @@ def run_mc_dropout(
     test = mc_dropout_evaluate(model, corpus.stream("test"), eos, config, device)
     progress.update(passes, stage="test")
     progress.close()
+    tuned_tokens = (
+        float(valid.tokens if grid.max_tokens is None else min(grid.max_tokens, valid.tokens)) if tuned else 0.0
+    )
+    where = device if device is not None else next(model.parameters()).device
+    standard_nll, standard_tokens = stream_nll(model, corpus.stream("test"), eos, config.batch_size, config.bptt, where)
     return {
         "valid_nll": valid.loss,
         "test_nll": test.loss,
+        "standard_test_nll": standard_nll / max(standard_tokens, 1),
         "valid_tokens": valid.tokens,
         "test_tokens": test.tokens,
         "samples": config.samples,
         "rate_scale": config.rate_scale,
         "temperature": config.temperature,
-        "tuned_on_valid_tokens": float(valid.tokens if grid.max_tokens is None else min(grid.max_tokens, valid.tokens)),
+        "tuned_on_valid_tokens": tuned_tokens,
     }

@@ -219,7 +219,10 @@ def cross_validated_mi(
     if n < 3 * config.folds:
         raise InfolmError(f"MI estimation: {n} pairs are too few for {config.folds} folds")
     generator = torch.Generator().manual_seed(config.seed)
-    folds = torch.randperm(n, generator=generator).chunk(config.folds)
+    order = torch.randperm(n, generator=generator)
+    folds = order.chunk(config.folds)
+    if len(folds) < config.folds:  # chunk can give fewer (32 pairs in 10: 8 chunks of 4); tensor_split never does
+        folds = order.tensor_split(config.folds)
     results = []
     for k in range(config.folds):
         test, valid = folds[k], folds[(k + 1) % config.folds]

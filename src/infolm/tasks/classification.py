@@ -6,7 +6,8 @@ files) or ``data.name=path`` with CoLA-format TSV files in ``data.train`` / ``da
 optionally ``data.valid``). CoLA's test labels are not public: the public dev set is the ``test``
 split here, and ``valid`` (which selects checkpoints) is a fixed ``valid_fraction`` of train, held out
 with ``split_seed`` (the same sentences for every run seed). Evaluation reports Matthews correlation
-(the selection metric, higher is better), accuracy and the cross-entropy.
+(the selection metric, higher is better), accuracy, the cross-entropy and how many classes the model
+predicts (1: the same class for every sentence, as a fine-tuning that learned nothing does).
 
 Each batch also carries a masked copy of its sentences (BERT's 15% token masking, 80/10/10) with the
 original subwords as ``targets``: MLM reintroduced during fine-tuning reads it (IMM App. D.2).
@@ -200,6 +201,7 @@ class Classification(Task):
             "accuracy": accuracy(predictions, labels),
             "nll": float(F.cross_entropy(scores, labels)),
             "sentences": float(len(labels)),
+            "predicted_classes": float(predictions.unique().numel()),  # 1: one class for every sentence (MCC 0)
         }
         log_names = {"mcc": "mcc", "accuracy": "accuracy", "nll": "loss"}
         return Metrics(values, selection="mcc", higher_is_better=True, log_names=log_names, notes=[EVAL_NOTE])
