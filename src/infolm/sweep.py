@@ -17,9 +17,9 @@ output directory and the search space over dotted config keys::
 Each trial trains in ``DIR/trial-NNNN`` and is scored by its best validation loss. The study lives in
 ``DIR/study.db`` (SQLite), so rerunning the same file resumes it: finished trials count towards the
 budget, and a trial cut off mid-run is retried with the same parameters in its own run directory (the
-trainer resumes from its last checkpoint). A resumed sweep seeds its sampler from ``seed`` and the number of
-trials already in the study, so that it proposes new points rather than those of its first trials again. ``DIR/results.csv`` and ``DIR/sensitivity.png`` are rewritten
-after every trial.
+trainer resumes from its last checkpoint). A resumed sweep seeds its sampler from ``seed`` and the number
+of trials already in the study, so that it proposes new points rather than those of its first trials
+again. ``DIR/results.csv`` and ``DIR/sensitivity.png`` are rewritten after every trial.
 """
 
 from __future__ import annotations
