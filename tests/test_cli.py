@@ -165,10 +165,19 @@ def test_damaged_checkpoint_is_a_clear_error(run_dir, tmp_path):
     assert_one_line_error(run_cli("evaluate", str(copy)), "cannot load weights")
 
 
-def test_evaluate_full_splits(run_dir):
-    result = run_cli("evaluate", str(run_dir), "--split", "valid", "--full-splits", "--json")
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["tokens"] == 73760  # all of PTB valid, <eos> included
+def test_evaluate_scores_the_whole_split_unless_asked_for_the_training_cut(run_dir):
+    """The run trained with data.max_eval_tokens=3000: evaluate scores all of PTB valid; --as-trained
+    scores the first lines only and says so on stderr and in the JSON."""
+    args = ("evaluate", str(run_dir), "--split", "valid", "--json")
+    default, full, cut = run_cli_concurrently([*args], [*args, "--full-splits"], [*args, "--as-trained"])
+    assert default.returncode == 0, default.stderr
+    assert json.loads(default.stdout) == json.loads(full.stdout)
+    assert json.loads(default.stdout)["tokens"] == 73760  # all of PTB valid, <eos> included
+    assert default.stderr == ""
+    payload = json.loads(cut.stdout)
+    assert payload["tokens"] == payload["kept_tokens"] and 2900 < payload["tokens"] <= 3000
+    assert payload["split_tokens"] == 73760 and payload["cut"] is True and payload["max_eval_tokens"] == 3000
+    assert f"scored {payload['tokens']} of the 73760 tokens of valid" in cut.stderr
 
 
 def test_evaluate_mc_dropout_tunes_rate_scale_and_temperature(run_dir):

@@ -77,8 +77,9 @@ def test_damaged_newest_checkpoint_resumes_from_the_newest_intact_one(tmp_path):
         result = finish_cli(resumed)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert len(lines) == 2 and "Traceback" not in result.stderr
     assert lines[0].startswith(f"infolm: warning: checkpoint {newest} is damaged (")
+    assert lines[1] == f"infolm: {run}: resuming from step 4 (epoch 0)"
     assert "kept as damaged-step-00000008" in lines[0]
     kept = run / "checkpoints/damaged-step-00000008" / weights.name
     assert kept.read_bytes() == damaged  # never deleted

@@ -110,3 +110,19 @@ def test_add_sweep_parser_wires_the_subcommand(tmp_path: Path, capsys: pytest.Ca
     captured = capsys.readouterr()
     assert json.loads(captured.out)["finished"] == 1  # stdout is the JSON summary alone
     assert "trial 0: " in captured.err  # progress goes to stderr
+
+
+def test_a_resumed_sweep_proposes_new_points(tmp_path: Path) -> None:
+    """Resumed from 2 trials to 3, the sampler does not start over: trial 2 is neither trial 0 nor trial 1."""
+    params = {"optim.lr": {"type": "log_uniform", "low": 1.0, "high": 30.0}}
+    path = write_sweep(tmp_path, params)
+    assert run_sweep(path)["finished"] == 2
+    assert run_sweep(path, trials=3)["finished"] == 3
+    rows = read_rows(tmp_path)
+    lrs = [float(r["optim.lr"]) for r in rows]
+    losses = [float(r["valid_loss"]) for r in rows]
+    assert len(set(lrs)) == 3 and len(set(losses)) == 3
+    fresh = tmp_path / "fresh"  # a fresh sweep of the same seed draws its first trials as before
+    fresh.mkdir()
+    assert run_sweep(write_sweep(fresh, params, trials=1))["finished"] == 1
+    assert float(read_rows(fresh)[0]["optim.lr"]) == lrs[0]

@@ -147,12 +147,13 @@ def test_two_process_data_parallel_equals_one_process(tmp_path):
     torchrun = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:  # the one-process run here while torchrun starts its ranks
         assert run_in_process("train", *common, f"run.dir={single}").returncode == 0
-        _, stderr = torchrun.communicate(timeout=300)
+        stdout, stderr = torchrun.communicate(timeout=300)
     finally:
         if torchrun.poll() is None:
             torchrun.kill()
             torchrun.wait()
     assert torchrun.returncode == 0, stderr[-2000:]
+    assert stdout.count("best_valid_loss:") == 1  # rank 0 alone prints the summary
     a, b = final_weights(single), final_weights(ddp)
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)

@@ -26,6 +26,7 @@ RESUMABLE_KEYS = {
     "train.epochs",
     "train.eval_every",
     "train.checkpoint_every",
+    "train.checkpoint_minutes",
     "train.keep_checkpoints",
     "train.log_every",
     "train.progress",

@@ -114,6 +114,10 @@ class TrainConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (overrides epochs when reached first)
     eval_every: int = 0  # evaluate on validation every N steps (0: at the end of each epoch)
     checkpoint_every: int = 0  # checkpoint every N steps (0: after each evaluation)
+    # also checkpoint once this many minutes have passed since the last checkpoint (0 or null: off), so an
+    # interrupt or a crash loses at most that much training; a checkpoint takes seconds to write, so 10
+    # minutes costs well under 1% of the time while runs of hours between evaluations stay safe
+    checkpoint_minutes: float | None = 10.0
     keep_checkpoints: int = 2  # most recent checkpoints kept (the best is kept as well)
     clip: float = 0.25  # gradient norm clip of the main objective (0: off)
     early_stopping: int = 0  # stop after N evaluations without improvement (0: off)
@@ -135,6 +139,8 @@ class TrainConfig:
         for key in ("eval_every", "checkpoint_every", "early_stopping", "patience_from_step"):
             _check_positive(f"train.{key}", getattr(self, key), allow_zero=True)
         _check_positive("train.keep_checkpoints", self.keep_checkpoints)
+        if self.checkpoint_minutes is not None:
+            _check_positive("train.checkpoint_minutes", self.checkpoint_minutes, allow_zero=True)
         _check_positive("train.log_every", self.log_every)
         _check_positive("train.clip", self.clip, allow_zero=True)
         _check_choice("train.precision", self.precision, ("fp32", "bf16"))

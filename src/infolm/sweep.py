@@ -17,8 +17,9 @@ output directory and the search space over dotted config keys::
 Each trial trains in ``DIR/trial-NNNN`` and is scored by its best validation loss. The study lives in
 ``DIR/study.db`` (SQLite), so rerunning the same file resumes it: finished trials count towards the
 budget, and a trial cut off mid-run is retried with the same parameters in its own run directory (the
-trainer resumes from its last checkpoint). ``DIR/results.csv`` and ``DIR/sensitivity.png`` are rewritten
-after every trial.
+trainer resumes from its last checkpoint). A resumed sweep seeds its sampler from ``seed`` and the number
+of trials already in the study, so that it proposes new points rather than those of its first trials
+again. ``DIR/results.csv`` and ``DIR/sensitivity.png`` are rewritten after every trial.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class SweepConfig:
     trials: int = 20  # budget: trials to finish (completed or failed), counting earlier runs of the sweep
     params: dict[str, Any] = dataclasses.field(default_factory=dict)  # dotted config key -> ParamSpec mapping
     overrides: list[str] = dataclasses.field(default_factory=list)  # fixed key=value overrides of every trial
-    seed: int = 0  # seed of the sampler (TPE)
+    seed: int = 0  # seed of the sampler (TPE); a resume seeds it from this and the trials already run
     name: str | None = None  # study name in study.db (default: the sweep file's stem)
 
     def __post_init__(self) -> None:
@@ -145,6 +146,9 @@ def run_sweep(path: str | Path, trials: int | None = None) -> dict[str, Any]:
         direction="minimize",
         load_if_exists=True,
     )
+    earlier = len(study.trials)
+    if earlier:  # a resumed sweep: the sampler seeded as at the start would propose trial 0's point again
+        study.sampler = optuna.samplers.TPESampler(seed=resumed_seed(sweep.seed, earlier))
     _retry_interrupted(study, sweep)
 
     def objective(trial: Any) -> float:
@@ -186,6 +190,14 @@ def run_sweep(path: str | Path, trials: int | None = None) -> dict[str, Any]:
             best_run_dir=best.user_attrs.get("run_dir"),
         )
     return summary
+
+
+def resumed_seed(seed: int, earlier_trials: int) -> int:
+    """The sampler's seed when the sweep resumes with ``earlier_trials`` in its study: new draws, the same
+    ones on every resume from that point (a fresh sweep uses ``seed`` itself)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, earlier_trials]).generate_state(1)[0])
 
 
 def _finished(study: Any) -> int:

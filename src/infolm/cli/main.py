@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from infolm.errors import InfolmError
@@ -52,14 +53,79 @@ def _print(payload: dict[str, Any], as_json: bool) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from infolm.build import train
     from infolm.config import load_config, merge_notes
+    from infolm.training.distributed import world
 
+    main_process = world()[0] == 0  # under torchrun, rank 0 speaks for the run
     overrides = list(args.overrides)
     config = load_config(args.config, overrides)
-    for note in merge_notes(args.config, overrides):
-        sys.stderr.write(f"infolm: note: {note}\n")
-    summary = train(config, overrides)
-    _print(summary, args.json)
+    if main_process:
+        for note in merge_notes(args.config, overrides):
+            sys.stderr.write(f"infolm: note: {note}\n")
+    try:
+        with _sigterm_as_interrupt():
+            summary = train(config, overrides)
+    except KeyboardInterrupt as interrupt:
+        terminated = isinstance(interrupt, _Terminated) or isinstance(interrupt.__cause__, _Terminated)
+        if main_process:
+            _say_how_to_resume(args, config.run.dir, interrupt, "terminated (SIGTERM)" if terminated else "interrupted")
+        return 143 if terminated else 130
+    if main_process:
+        _print(summary, args.json)
     return 0
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during ``infolm train`` (a scheduler's preemption, ``kill``): unwound as Ctrl-C is."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _say_how_to_resume(args: argparse.Namespace, run_dir: str, interrupt: BaseException, what: str) -> None:
+    """After an interrupt: the step reached, the step of the newest checkpoint and the command that resumes."""
+    import os
+    import shlex
+    from pathlib import Path
+
+    from infolm.training import TrainingInterrupted
+    from infolm.training.checkpoint import latest_checkpoint
+
+    if not (Path(run_dir) / "config.yaml").is_file():  # stopped before the run directory was written
+        sys.stderr.write(f"infolm: {what}\n")
+        return
+    where = f" at step {interrupt.step}" if isinstance(interrupt, TrainingInterrupted) else ""
+    latest = latest_checkpoint(Path(run_dir))
+    if latest is None:
+        saved, verb = "no checkpoint was written yet, so the run starts over", "rerun"
+    else:
+        step = int(latest.name.removeprefix("step-"))
+        saved, verb = f"the newest checkpoint is at step {step}", "resume"
+    command = ["infolm", "train"]
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1:
+        per_node = os.environ.get("LOCAL_WORLD_SIZE", str(world_size))
+        command = ["torchrun", f"--nproc_per_node={per_node}", "-m", "infolm", "train"]
+    command += [args.config, *(o for o in args.overrides if not o.startswith("run.dir=")), f"run.dir={run_dir}"]
+    if args.json:
+        command.append("--json")
+    sys.stderr.write(f"infolm: {what}{where}; {saved}\n")
+    sys.stderr.write(f"infolm: {verb} with: {shlex.join(command)}\n")
 
 
 def _seed_list(text: str) -> list[int]:
@@ -123,7 +189,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.device == "auto" and torch.cuda.is_available()
         else ("cpu" if args.device == "auto" else args.device)
     )
-    config, corpus, model = load_run(args.run_dir, device, full_splits=args.full_splits)
+    # the whole split unless asked: data.max_eval_tokens is a training-time speed setting
+    config, corpus, model = load_run(args.run_dir, device, full_splits=not args.as_trained)
     batch_size = config.data.eval_batch_size = args.batch_size or config.data.eval_batch_size
     bptt = config.data.bptt = args.bptt or config.data.bptt
     task = build_task(config, corpus)
@@ -137,6 +204,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             )
         task.config.valid_samples = task.config.test_samples = args.samples
     result: dict[str, Any] = {"split": args.split, **task.evaluate(model, args.split, device).report()}
+    if args.as_trained:
+        result.update(_evaluation_cut(config, corpus, args.split))
     stream_only = {
         "--induced-ngram": args.induced_ngram,
         "--tune-temperature": args.tune_temperature,
@@ -212,6 +281,33 @@ def _print_evaluation(result: dict[str, Any], level: str, args: argparse.Namespa
         _print({key: value}, False)
         if key in summaries:
             print(summaries[key])
+
+
+def _evaluation_cut(config: Any, data: Any, split: str) -> dict[str, Any]:
+    """How much of ``split`` an evaluation under the run's ``data.max_eval_tokens`` scored: the split's size
+    and the size kept (tokens of a text corpus, else rows), and ``cut``; said on stderr when it is cut."""
+    import dataclasses
+
+    from infolm.build import task_data
+
+    cap = config.data.max_eval_tokens
+    if cap is None or split == "train":
+        return {"cut": False}
+    whole = task_data(dataclasses.replace(config, data=dataclasses.replace(config.data, max_eval_tokens=None)))
+
+    def size(of: Any) -> tuple[str, int]:
+        if hasattr(of, "stream"):  # a Corpus: tokens of the running text, <eos> included
+            return "tokens", len(of.stream(split))
+        return "rows", len(of.sentences[split])
+
+    unit, kept = size(data)
+    total = size(whole)[1]
+    if kept < total:
+        sys.stderr.write(
+            f"infolm: warning: scored {kept} of the {total} {unit} of {split} (data.max_eval_tokens={cap}, "
+            "--as-trained); without --as-trained the whole split is scored\n"
+        )
+    return {f"split_{unit}": total, f"kept_{unit}": kept, "max_eval_tokens": cap, "cut": kept < total}
 
 
 def _check_generates(run_dir: str) -> None:
@@ -425,7 +521,13 @@ def make_parser() -> Parser:
     p.add_argument("--reverse-ppl", type=int, default=0, metavar="N", help="reverse perplexity from N generated tokens")
     p.add_argument("--mi-generated", type=int, default=0, metavar="N", help="segment MI of N generated vs real tokens")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling-based evaluations")
-    p.add_argument("--full-splits", action="store_true", help="score all of valid/test despite data.max_eval_tokens")
+    cut = p.add_mutually_exclusive_group()
+    cut.add_argument(
+        "--as-trained",
+        action="store_true",
+        help="score only the part of valid/test that data.max_eval_tokens kept in training, and report the cut",
+    )
+    cut.add_argument("--full-splits", action="store_true", help="score all of valid/test (the default)")
     p.add_argument(
         "--samples", type=int, default=None, metavar="K", help="latent runs: IWAE-K draws (default: the task's)"
     )

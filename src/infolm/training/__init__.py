@@ -1,5 +1,5 @@
 """The training loop, checkpoints, metrics and data parallelism."""
 
-from infolm.training.trainer import Trainer, resolve_device, seed_everything
+from infolm.training.trainer import Trainer, TrainingInterrupted, resolve_device, seed_everything
 
-__all__ = ["Trainer", "resolve_device", "seed_everything"]
+__all__ = ["Trainer", "TrainingInterrupted", "resolve_device", "seed_everything"]

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,6 +94,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or a SIGTERM the CLI turns into one) during ``Trainer.fit``; ``step`` is where training was."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"interrupted at step {step}")
+        self.step = step
+
+
 class Trainer:
     """Trains ``model`` on ``task`` with ``objective`` as ``config`` says, in ``config.run.dir``."""
 
@@ -147,6 +156,7 @@ class Trainer:
         self.initial_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.initial_restart_state = _clone(self.restart_state())  # a restart before any evaluation
         self._diverged = False
+        self._resumed_finished = False  # the checkpoint resumed was written at the end of the run
 
     # ----------------------------------------------------------------------------------------
     def parameters(self) -> list[nn.Parameter]:
@@ -177,6 +187,16 @@ class Trainer:
         finally:
             self.averager.swap_out()
 
+    def clock(self) -> float:
+        """Seconds, for the elapsed time and the time between checkpoints (tests replace it)."""
+        return time.perf_counter()
+
+    def say(self, message: str) -> None:
+        """One line on stderr from the main process."""
+        if self.is_main:
+            sys.stderr.write(f"infolm: {message}\n")
+            sys.stderr.flush()
+
     # ----------------------------------------------------------------------------------------
     def trainer_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {
@@ -186,6 +206,7 @@ class Trainer:
             "bad_evals": self.bad_evals,
             "elapsed": self.elapsed,
             "done": self.done,
+            "finished": self._finished(),  # the run's end, not a checkpoint along the way
             "last_eval_step": self.last_eval_step,
             "metrics_lines": self.metrics.lines(),
             "optimizers": [opt.state_dict() for opt in self.optimizers],
@@ -234,6 +255,7 @@ class Trainer:
         patience = self.config.train.early_stopping
         self.done = bool(state["done"]) and bool(patience) and self.bad_evals >= patience
         self.last_eval_step = int(state["last_eval_step"])
+        self._resumed_finished = bool(state.get("finished", False))
         for opt, opt_state in zip(self.optimizers, state["optimizers"]):
             opt.load_state_dict(opt_state)
         self.schedule.load_state_dict(state["schedule"])
@@ -415,17 +437,62 @@ class Trainer:
         return self.done or self.epoch >= self.config.train.epochs or (max_steps is not None and self.step >= max_steps)
 
     def fit(self) -> dict[str, Any]:
-        """Train until ``train.epochs`` / ``train.max_steps`` / early stopping; resumes automatically."""
-        train = self.config.train
+        """Train until ``train.epochs`` / ``train.max_steps`` / early stopping; resumes automatically.
+        Ctrl-C raises ``TrainingInterrupted`` (the checkpoints on disk are left as they are)."""
         resumed = self.resume()
         if not resumed:
             seed_everything(self.config.run.seed + 1000 * self.rank)
             # a start from scratch: the log of an earlier attempt with no loadable checkpoint is set aside,
             # not appended to (its steps would be logged twice) and not deleted (it may be all that is left)
             self.metrics.set_aside()
+        elif self._finished() and self.last_eval_step == self.step:
+            self.say(f"{self.run_dir}: already finished at step {self.step} (epoch {self.epoch}){self._why_ended()}")
+            self.metrics.close()
+            return self.summary()
+        elif self._resumed_finished:
+            self.say(
+                f"{self.run_dir}: extending the run that finished at step {self.step} (epoch {self.epoch}) "
+                f"to {self.total_steps()} steps"
+            )
+        else:
+            self.say(f"{self.run_dir}: resuming from step {self.step} (epoch {self.epoch})")
         progress = self._progress()
+        try:
+            self._train(progress)
+        except KeyboardInterrupt as interrupt:
+            if progress is not None:
+                progress.close()
+            raise TrainingInterrupted(self.step) from interrupt
+        if progress is not None:
+            progress.close()
+        self.metrics.close()
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "best_valid_loss": self.best_valid,
+            "elapsed": self.elapsed,
+            # why it ended: a driver that extends runs must tell a spent patience (final) from a limit
+            "early_stopped": self.done,
+        }
+
+    def _why_ended(self) -> str:
+        """Why a finished run ended, for the line a rerun prints."""
+        train = self.config.train
+        if self.done:
+            return f" (stopped early: {self.bad_evals} evaluations without improvement); nothing to train"
+        if train.max_steps is not None and self.step >= train.max_steps:
+            limit = f"train.max_steps={train.max_steps}"
+        else:
+            limit = f"train.epochs={train.epochs}"
+        return f" ({limit}); nothing to train, a larger limit extends it"
+
+    def _train(self, progress: Any) -> None:
+        train = self.config.train
         window_tokens = 0
-        tick = time.perf_counter()
+        tick = self.clock()  # since the last checkpoint
         last_log = tick
         while not self._finished():
             batch = self.batches.next_batch()
@@ -437,7 +504,7 @@ class Trainer:
                     self._evaluate_and_log()
                     if train.checkpoint_every == 0:
                         self._save_timed(tick)
-                        tick = time.perf_counter()
+                        tick = self.clock()
                 continue
             values = self.train_step(batch)
             window_tokens += batch.num_tokens()
@@ -449,7 +516,7 @@ class Trainer:
                 self._restart_from_best(values["loss"])
                 continue
             if self.step % train.log_every == 0:
-                now = time.perf_counter()
+                now = self.clock()
                 record = {"step": self.step, "epoch": self.epoch, **values}
                 record["tokens_per_s"] = window_tokens / max(now - last_log, 1e-9)
                 record["elapsed"] = self.elapsed + now - tick
@@ -462,23 +529,18 @@ class Trainer:
             if (
                 (train.checkpoint_every and self.step % train.checkpoint_every == 0)
                 or (evaluated and not train.checkpoint_every)
+                or self._checkpoint_due(tick)
             ) and not self.divergence.suspect:  # no checkpoint of weights that may be diverging
                 self._save_timed(tick)
-                tick = time.perf_counter()
+                tick = self.clock()
         if self.last_eval_step != self.step:
             self._evaluate_and_log()
         self._save_timed(tick)
-        if progress is not None:
-            progress.close()
-        self.metrics.close()
-        return {
-            "step": self.step,
-            "epoch": self.epoch,
-            "best_valid_loss": self.best_valid,
-            "elapsed": self.elapsed,
-            # why it ended: a driver that extends runs must tell a spent patience (final) from a limit
-            "early_stopped": self.done,
-        }
+
+    def _checkpoint_due(self, since: float) -> bool:
+        """``train.checkpoint_minutes`` have passed since the last checkpoint (at ``since``)."""
+        minutes = self.config.train.checkpoint_minutes
+        return bool(minutes) and self.clock() - since >= 60.0 * float(minutes or 0)
 
     def _restore_best_weights(self) -> None:
         """A plateau decay with ``optim.plateau_restore_best``: the weights of the best evaluation so
@@ -541,7 +603,7 @@ class Trainer:
         )
 
     def _save_timed(self, tick: float) -> None:
-        self.elapsed += time.perf_counter() - tick
+        self.elapsed += self.clock() - tick
         self.save()
 
     def total_steps(self) -> int:
