@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -56,11 +57,15 @@ def build_task(config: Config, corpus: Corpus) -> Any:
 
 
 def task_data(config: Config) -> Corpus:
-    """What the task of ``config`` trains on (``Task.load_data``; a corpus unless the task says otherwise)."""
+    """What the task of ``config`` trains on (``Task.load_data``; a corpus unless the task says otherwise).
+    A note on stderr counts the tokens of a corpus read as ``<unk>`` (``Corpus.unk_note``), if any."""
     from infolm.tasks import TASKS, Task
 
     task_class = cast(type[Task], TASKS.get(config.task["name"]).factory)
     data: Corpus = task_class.load_data(config)
+    note = data.unk_note() if isinstance(data, Corpus) else None
+    if note is not None and int(os.environ.get("RANK", "0")) == 0:  # once, not once per torchrun process
+        sys.stderr.write(f"infolm: note: data: {note}\n")
     return data
 
 
