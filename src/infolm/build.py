@@ -69,6 +69,14 @@ def task_data(config: Config) -> Corpus:
     return data
 
 
+def check_train_data(config: Config, data: Any) -> None:
+    """The task's refusal of data it cannot train on (``Task.check_train_data``), before the run directory."""
+    from infolm.tasks import TASKS, Task
+
+    task_class = cast(type[Task], TASKS.get(config.task["name"]).factory)
+    task_class.check_train_data(config, data)
+
+
 def build_objective(config: Config) -> Any:
     from infolm.objectives import build_objective as build
 
@@ -218,6 +226,7 @@ def build_trainer(config: Config) -> tuple[Any, Corpus]:
 
     validate_plugins(config)
     corpus = task_data(config)
+    check_train_data(config, corpus)
     torch.manual_seed(config.run.seed)
     model = build_model(config, len(corpus.vocab))
     objective = build_objective(config)
@@ -236,6 +245,7 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     if main_process:
         check_run_dir(config, run_dir)
     corpus = task_data(config)
+    check_train_data(config, corpus)
     if config.run.deterministic:
         torch.use_deterministic_algorithms(True)
     seed_everything(config.run.seed)

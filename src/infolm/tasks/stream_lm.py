@@ -72,12 +72,8 @@ class StreamLM(Task):
         self.seed = 0
 
     @classmethod
-    def load_data(cls, config: Config) -> Corpus:
-        """The corpus ``config.data`` names, refused with one line when its training stream cannot be
-        cut into ``data.batch_size`` rows (before any run directory is touched)."""
-        corpus: Corpus = super().load_data(config)
-        check_train_rows(corpus, config.data)
-        return corpus
+    def check_train_data(cls, config: Config, data: Any) -> None:
+        check_train_rows(data, config.data)
 
     @classmethod
     def input_length(cls, config: Any, data: DataConfig) -> int | None:
