@@ -266,15 +266,16 @@ def load_corpus(config: DataConfig) -> Corpus:
     Tokens without an id in the vocabulary (``data.min_count``, ``data.max_vocab``, or words of
     valid/test that train lacks) are read as ``<unk>`` and counted (``Corpus.unk_read``, ``unk_note``)."""
     name = config.name
-    options = {"min_count": config.min_count, "max_vocab": config.max_vocab}
     if name == "path":
         paths = check_user_files(config)
         texts = {s: read_text(p) for s, p in paths.items()}
         sources = {s: f"data.{s} {p}" for s, p in paths.items()}
-        corpus = Corpus.from_texts("path", config.level, texts, sources=sources, **options)
+        corpus = Corpus.from_texts(
+            "path", config.level, texts, min_count=config.min_count, max_vocab=config.max_vocab, sources=sources
+        )
     else:
         spec, texts = dataset_texts(name)
-        corpus = Corpus.from_texts(name, spec.level, texts, **options)
+        corpus = Corpus.from_texts(name, spec.level, texts, min_count=config.min_count, max_vocab=config.max_vocab)
     for split in SPLITS:
         key = "max_train_tokens" if split == "train" else "max_eval_tokens"
         kept = corpus.truncated(split, getattr(config, key))
