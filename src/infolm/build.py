@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -57,12 +58,24 @@ def build_task(config: Config, corpus: Corpus) -> Any:
 
 
 def task_data(config: Config) -> Corpus:
-    """What the task of ``config`` trains on (``Task.load_data``; a corpus unless the task says otherwise)."""
+    """What the task of ``config`` trains on (``Task.load_data``; a corpus unless the task says otherwise).
+    A note on stderr counts the tokens of a corpus read as ``<unk>`` (``Corpus.unk_note``), if any."""
     from infolm.tasks import TASKS, Task
 
     task_class = cast(type[Task], TASKS.get(config.task["name"]).factory)
     data: Corpus = task_class.load_data(config)
+    note = data.unk_note() if isinstance(data, Corpus) else None
+    if note is not None and int(os.environ.get("RANK", "0")) == 0:  # once, not once per torchrun process
+        sys.stderr.write(f"infolm: note: data: {note}\n")
     return data
+
+
+def check_train_data(config: Config, data: Any) -> None:
+    """The task's refusal of data it cannot train on (``Task.check_train_data``), before the run directory."""
+    from infolm.tasks import TASKS, Task
+
+    task_class = cast(type[Task], TASKS.get(config.task["name"]).factory)
+    task_class.check_train_data(config, data)
 
 
 def build_objective(config: Config) -> Any:
@@ -214,6 +227,7 @@ def build_trainer(config: Config) -> tuple[Any, Corpus]:
 
     validate_plugins(config)
     corpus = task_data(config)
+    check_train_data(config, corpus)
     torch.manual_seed(config.run.seed)
     model = build_model(config, len(corpus.vocab))
     objective = build_objective(config)
@@ -232,6 +246,7 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     if main_process:
         check_run_dir(config, run_dir)
     corpus = task_data(config)
+    check_train_data(config, corpus)
     if config.run.deterministic:
         torch.use_deterministic_algorithms(True)
     seed_everything(config.run.seed)

@@ -37,6 +37,8 @@ class DataConfig:
     valid: str | None = None  # with name=path: validation text file
     test: str | None = None  # with name=path: test text file
     level: str = "word"  # with name=path: word (whitespace tokens, <eos> per line) or char
+    min_count: int = 1  # tokens seen fewer times in train are read as <unk> (1: keep every token of train)
+    max_vocab: int | None = None  # keep the most frequent tokens, <eos> and <unk> included (ties: first seen)
     batch_size: int = 20  # parallel training streams
     eval_batch_size: int = 10  # parallel evaluation streams
     bptt: int = 35  # unrolled steps per training batch
@@ -52,6 +54,10 @@ class DataConfig:
         _check_positive("data.batch_size", self.batch_size)
         _check_positive("data.eval_batch_size", self.eval_batch_size)
         _check_positive("data.bptt", self.bptt)
+        if self.min_count < 1:
+            raise InfolmError(f"data.min_count must be at least 1 (1 keeps every token of train), got {self.min_count}")
+        if self.max_vocab is not None and self.max_vocab < 3:
+            raise InfolmError(f"data.max_vocab must be at least 3 (<eos>, <unk> and one token), got {self.max_vocab}")
         for key in ("max_train_tokens", "max_eval_tokens"):
             value = getattr(self, key)
             if value is not None and value < 2:

@@ -402,11 +402,27 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ngram_corpus(name: str) -> Any:
-    from infolm.config import DataConfig
+def _ngram_corpus(args: argparse.Namespace) -> Any:
+    """The corpus of ``--data`` / ``--config``'s data section / ``data.*`` overrides, read as ``infolm train``
+    reads it (same vocabulary, same ``<unk>`` rule), with the note on tokens read as ``<unk>``."""
+    from infolm.config import DataConfig, build_dataclass, load_raw
     from infolm.data import load_corpus
 
-    return load_corpus(DataConfig(name=name))
+    others = [item for item in args.overrides if not item.lstrip("~").startswith("data.")]
+    if others:
+        raise InfolmError(f"infolm ngram takes data.* settings only (as infolm train reads them), got {others[0]!r}")
+    data = load_raw(args.config, args.overrides).get("data") or {}
+    if not isinstance(data, dict):
+        raise InfolmError(f"the data section must be a mapping, got {data!r}")
+    if args.data is not None:
+        if data.get("name", args.data) != args.data:
+            raise InfolmError(f"--data {args.data} and data.name={data['name']} disagree; give one of them")
+        data = {**data, "name": args.data}
+    corpus = load_corpus(build_dataclass(DataConfig, data, "data"))
+    note = corpus.unk_note()
+    if note is not None:
+        sys.stderr.write(f"infolm: note: data: {note}\n")
+    return corpus
 
 
 def cmd_ngram_build(args: argparse.Namespace) -> int:
@@ -414,7 +430,7 @@ def cmd_ngram_build(args: argparse.Namespace) -> int:
 
     if args.order < 1:
         raise InfolmError(f"--order must be positive, got {args.order}")
-    result = build_command(_ngram_corpus(args.data), args.order, args.out, args.method)
+    result = build_command(_ngram_corpus(args), args.order, args.out, args.method)
     _print(result, args.json)
     return 0
 
@@ -422,7 +438,7 @@ def cmd_ngram_build(args: argparse.Namespace) -> int:
 def cmd_ngram_eval(args: argparse.Namespace) -> int:
     from infolm.ngram.cli import eval_command
 
-    result = eval_command(args.arpa, _ngram_corpus(args.data), args.split)
+    result = eval_command(args.arpa, _ngram_corpus(args), args.split)
     _print(result, args.json)
     return 0
 
@@ -579,8 +595,11 @@ def make_parser() -> Parser:
 
     p = sub.add_parser("ngram", help="count-based n-gram models (Kneser-Ney), ARPA files")
     ngram = p.add_subparsers(dest="ngram_command", required=True, parser_class=Parser)
+    data_help = "data settings as infolm train reads them, e.g. data.name=path data.train=F data.valid=F data.test=F"
     q = ngram.add_parser("build", help="build an n-gram model and write it as ARPA")
-    q.add_argument("--data", default="ptb", help="dataset whose training split is counted")
+    q.add_argument("overrides", nargs="*", help=data_help)
+    q.add_argument("--data", default=None, help="dataset whose training split is counted (default: ptb)")
+    q.add_argument("--config", default=None, help="a train config whose data section to read (same vocabulary)")
     q.add_argument("--order", type=int, default=2, help="n of the n-gram model")
     q.add_argument("--out", required=True, help="ARPA file to write")
     q.add_argument(
@@ -593,7 +612,9 @@ def make_parser() -> Parser:
     q.set_defaults(func=cmd_ngram_build)
     q = ngram.add_parser("eval", help="perplexity of an ARPA model on a split")
     q.add_argument("arpa", help="ARPA file (written by infolm ngram build, or KenLM)")
-    q.add_argument("--data", default="ptb", help="dataset to score")
+    q.add_argument("overrides", nargs="*", help=data_help)
+    q.add_argument("--data", default=None, help="dataset to score (default: ptb)")
+    q.add_argument("--config", default=None, help="a train config whose data section to read (same vocabulary)")
     q.add_argument("--split", choices=("train", "valid", "test"), default="valid", help="split to score")
     q.add_argument("--json", action="store_true", help="print the results as JSON")
     q.set_defaults(func=cmd_ngram_eval)

@@ -83,7 +83,8 @@ def write_copy_task(out_dir: str | Path, config: CopyTaskConfig) -> dict[str, Pa
     """Write ``train.txt``, ``valid.txt``, ``test.txt`` into ``out_dir`` (for ``data.name=path``).
 
     The vocabulary of a path corpus comes from the training file, so every symbol of valid / test must occur
-    in train; with too few training examples this is an error."""
+    in train (a copy of a symbol read as ``<unk>`` would score nothing); with too few training examples this
+    is an error."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     examples = {split: sample_examples(getattr(config, split), config, split) for split in SPLITS}

@@ -261,22 +261,45 @@ def sha256_of(path: str | Path) -> str:
 
 
 def load_corpus(config: DataConfig) -> Corpus:
-    """Build the corpus a ``DataConfig`` names (``name``, or ``path`` with ``train/valid/test``)."""
+    """Build the corpus a ``DataConfig`` names (``name``, or ``path`` with ``train/valid/test``).
+
+    Tokens without an id in the vocabulary (``data.min_count``, ``data.max_vocab``, or words of
+    valid/test that train lacks) are read as ``<unk>`` and counted (``Corpus.unk_read``, ``unk_note``)."""
     name = config.name
     if name == "path":
-        paths = {s: getattr(config, s) for s in SPLITS}
-        missing = [s for s, p in paths.items() if not p]
-        if missing:
-            raise InfolmError(f"data.name=path needs data.{missing[0]} (a text file)")
-        texts = {s: read_text(str(p)) for s, p in paths.items()}
-        corpus = Corpus.from_texts("path", config.level, texts)
+        paths = check_user_files(config)
+        texts = {s: read_text(p) for s, p in paths.items()}
+        sources = {s: f"data.{s} {p}" for s, p in paths.items()}
+        corpus = Corpus.from_texts(
+            "path", config.level, texts, min_count=config.min_count, max_vocab=config.max_vocab, sources=sources
+        )
     else:
         spec, texts = dataset_texts(name)
-        corpus = Corpus.from_texts(name, spec.level, texts)
-    corpus = corpus.truncated("train", config.max_train_tokens)
-    for split in ("valid", "test"):
-        corpus = corpus.truncated(split, config.max_eval_tokens)
+        corpus = Corpus.from_texts(name, spec.level, texts, min_count=config.min_count, max_vocab=config.max_vocab)
+    for split in SPLITS:
+        key = "max_train_tokens" if split == "train" else "max_eval_tokens"
+        kept = corpus.truncated(split, getattr(config, key))
+        if kept is not corpus:
+            kept.sources[split] += f" (cut to data.{key}={getattr(config, key)})"
+        corpus = kept
     extra = [token for token in dict.fromkeys(config.extra_tokens) if token not in corpus.vocab]
     if extra:  # new ids after the text's: the streams are unchanged
         corpus.vocab = Vocab(corpus.vocab.itos + extra)
     return corpus
+
+
+def check_user_files(config: DataConfig) -> dict[str, Path]:
+    """The files of ``data.name=path``, split -> path; every one unset or not found named in one error."""
+    problems, paths = [], {}
+    for split in SPLITS:
+        value = getattr(config, split)
+        if not value:
+            problems.append(f"data.{split} is not set")
+            continue
+        paths[split] = Path(value)
+        if not paths[split].is_file():
+            why = "is not a file" if paths[split].exists() else "not found"
+            problems.append(f"data.{split} {value} {why}")
+    if problems:
+        raise InfolmError(f"data.name=path needs a text file for train, valid and test: {'; '.join(problems)}")
+    return paths

@@ -134,6 +134,11 @@ class Task:
         return load_corpus(config.data)
 
     @classmethod
+    def check_train_data(cls, config: Config, data: Any) -> None:
+        """Refuse, with one ``InfolmError`` line, data ``load_data`` returned that training cannot use
+        (called before the run directory is written; evaluating a run does not call it). Default: none."""
+
+    @classmethod
     def input_length(cls, config: Any, data: DataConfig) -> int | None:
         """The longest input row the task feeds a model (None: unbounded), known from the config."""
         return None

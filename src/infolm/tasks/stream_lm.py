@@ -72,6 +72,10 @@ class StreamLM(Task):
         self.seed = 0
 
     @classmethod
+    def check_train_data(cls, config: Config, data: Any) -> None:
+        check_train_rows(data, config.data)
+
+    @classmethod
     def input_length(cls, config: Any, data: DataConfig) -> int | None:
         return None if data.variable_bptt else data.bptt  # AWD-LSTM's lengths are N(bptt, 5): unbounded
 
@@ -114,6 +118,26 @@ class StreamLM(Task):
             generator,
         )
         return [out[0].tolist()]
+
+
+def check_train_rows(corpus: Corpus, data: DataConfig) -> None:
+    """Training cuts the train stream into ``data.batch_size`` rows of at least 2 tokens (an input and
+    its target); a stream too short for that is an error naming its source and the batch shape that fits."""
+    tokens = corpus.stream("train").numel()
+    if tokens // data.batch_size >= 2:
+        return
+    where = corpus.sources.get("train", f"{corpus.name} train")
+    fits = f"data.batch_size={tokens // 2} or less fits" if tokens >= 2 else "no data.batch_size fits"
+    whole = tokens // (data.bptt + 1)
+    windows = (
+        f"whole data.bptt={data.bptt} windows need data.batch_size={whole} or less"
+        if whole
+        else f"a whole data.bptt={data.bptt} window needs {data.bptt + 1} tokens"
+    )
+    raise InfolmError(
+        f"{where} has {tokens} tokens, too few for data.batch_size={data.batch_size} rows of 2 tokens or more; "
+        f"{fits} ({windows}), or use a longer text"
+    )
 
 
 def stream_metrics(nll_sum: float, tokens: int, level: str) -> Metrics:
