@@ -80,6 +80,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from infolm.models.bert_export import export_bert
     from infolm.models.encoder import Encoder
 
+    if Path(args.out).resolve() == Path(args.run_dir).resolve():
+        raise InfolmError(f"export writes a new directory; {args.out} is the run directory itself (give another)")
     _, _, model = load_run(args.run_dir)
     if not isinstance(model, Encoder):
         raise InfolmError(f"{args.run_dir} holds no BERT-style encoder (model.name=bert) to export")
@@ -110,6 +112,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.device == "auto" and torch.cuda.is_available()
         else ("cpu" if args.device == "auto" else args.device)
     )
+    for flag, value in (("--batch-size", args.batch_size), ("--bptt", args.bptt)):
+        if value < 0:
+            raise InfolmError(f"{flag} must be positive (0: the run's own), got {value}")
     config, corpus, model = load_run(args.run_dir, device, full_splits=args.full_splits)
     batch_size = config.data.eval_batch_size = args.batch_size or config.data.eval_batch_size
     bptt = config.data.bptt = args.bptt or config.data.bptt
@@ -216,7 +221,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     if args.max_tokens < 1:
         raise InfolmError(f"--max-tokens must be positive, got {args.max_tokens}")
-    if args.temperature < 0:
+    if not args.temperature >= 0:  # NaN too
         raise InfolmError(f"--temperature must be non-negative, got {args.temperature}")
     if not 0.0 < args.top_p <= 1.0:
         raise InfolmError(f"--top-p must be in (0, 1], got {args.top_p}")
