@@ -41,6 +41,7 @@ TEXT_SHAPES: dict[str, dict[str, str]] = {
     "empty-train": {"train": "", "valid": sentences(3, 5), "test": sentences(3, 5)},
     "blank-train": {"train": "\n\n   \n\t\n", "valid": sentences(3, 5), "test": sentences(3, 5)},
     "empty-valid": {"train": sentences(20, 5), "valid": "", "test": sentences(3, 5)},
+    "accents-only": {"train": "\u0301\n\u0300 \u0301\n"},  # combining accents: words, but no subwords once normalized
 }
 
 TINY_LSTM = ["model.emb=8", "model.hidden=8", "model.layers=1"]
@@ -96,8 +97,10 @@ for _task in TASKS:
             (_task, "empty-train"): "is empty",
             (_task, "blank-train"): "is empty",
             (_task, "empty-valid"): "is empty",
+            (_task, "accents-only"): "works",
         }
     )
+EXPECTED["masked-lm", "accents-only"] = "train.txt has no WordPiece subwords once normalized"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -191,6 +194,9 @@ TSV_SHAPES: dict[str, dict[str, str]] = {
     "label-word": {"train": GOOD + "src\tyes\t\tthe cat sat\n"},
     "empty-sentence": {"train": GOOD + "src\t1\t\t \n"},
     "one-row-no-valid": {"train": tsv([(1, "the cat sat")])},
+    # lines end at "\n" only: U+0085, U+2028 and a form feed inside a sentence do not end it (line numbers hold)
+    "line-breaking-characters": {"train": GOOD + "src\t1\t\tthe cat\x85sat\u2028on\x0ca mat\n"},
+    "row-after-line-breaking-characters": {"train": GOOD + "src\t1\t\tthe\x85cat\nsrc\t1\tthe cat\n"},
 }
 TSV_EXPECTED = {
     "one-line": "works",
@@ -207,6 +213,8 @@ TSV_EXPECTED = {
     "label-2": "train.tsv:13: label '2' is not one of 0, 1",
     "label-word": "train.tsv:13: label 'yes' is not one of 0, 1",
     "empty-sentence": "train.tsv:13: empty sentence",
+    "line-breaking-characters": "works",
+    "row-after-line-breaking-characters": "train.tsv:14: expected 4 tab-separated columns",
     "one-row-no-valid": "has 1 sentence(s): holding out task.valid_fraction=0.25 for validation leaves none",
 }
 CLASSIFICATION = [
