@@ -344,6 +344,7 @@ def runs(tmp_path_factory):
     trained["copy"] = base / "copy" / "run"
     (base / "classification").mkdir()
     (base / "empty.arpa").write_text("")
+    (base / "t.txt").write_text(TEXT_SHAPES["vocab-3"]["train"])
     (base / "garbage.arpa").write_text("hello\n\\data\\\nngram 1=zz\n")
     trained["ngram"] = base
     return trained
@@ -381,6 +382,16 @@ SUBCOMMANDS = [
     ("copy", ["generate", "{run}", "--prompt", "café 😀 東京"], "works"),
     ("copy", ["generate", "{run}", "--prompt", "café <rev>"], "give only the symbols to copy"),
     ("copy", ["generate", "{run}"], "give the symbols to copy as the prompt"),
+    (
+        "ngram",
+        ["ngram", "build", "--data", "path", "--train", "{run}/t.txt", "--out", "{tmp}/a"],
+        "missing --valid, --test",
+    ),
+    (
+        "ngram",
+        ["ngram", "build", "--train", "{run}/t.txt", "--out", "{tmp}/a"],
+        "--train names a file of your own: give",
+    ),
     ("ngram", ["ngram", "eval", "{run}/empty.arpa"], "is not an ARPA file"),
     ("ngram", ["ngram", "eval", "{run}/garbage.arpa"], "the ARPA file is truncated"),
 ]
@@ -396,6 +407,23 @@ def test_subcommands(runs, name, argv, expected, tmp_path):
     assert_outcome(result, expected)
     if expected == "works" and "--json" not in argv:
         assert result.stdout.strip(), result.stderr
+
+
+@pytest.mark.parametrize("shape", ["unicode-tabs", "vocab-3", "long-line"])
+def test_ngram_on_files_of_your_own(shape, tmp_path):
+    """``--data path`` with ``--train/--valid/--test``: the dataset option could not name files before."""
+    files = []
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text(TEXT_SHAPES[shape].get(split, TEXT_SHAPES[shape]["train"]))
+        files += [f"--{split}", str(tmp_path / f"{split}.txt")]
+    arpa = str(tmp_path / "kn.arpa")
+    built = run("ngram", "build", "--data", "path", *files, "--order", "2", "--out", arpa, "--json")
+    assert_outcome(built, "works")
+    text = TEXT_SHAPES[shape]["train"]
+    assert json.loads(built.stdout)["train_tokens"] == len(text.split()) + len(text.splitlines())  # words, <eos>
+    scored = run("ngram", "eval", arpa, "--data", "path", *files, "--split", "test", "--json")
+    assert_outcome(scored, "works")
+    assert 1.0 < json.loads(scored.stdout)["ppl"] < 100.0
 
 
 def test_latent_evaluate_of_a_split_too_small_for_the_entropy_estimate(runs):

@@ -283,11 +283,21 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ngram_corpus(name: str) -> Any:
+def _ngram_corpus(args: argparse.Namespace) -> Any:
+    """The dataset ``--data`` names, or with ``--data path`` the files ``--train/--valid/--test``."""
     from infolm.config import DataConfig
     from infolm.data import load_corpus
 
-    return load_corpus(DataConfig(name=name))
+    files = {split: getattr(args, split) for split in ("train", "valid", "test")}
+    given = [f"--{split}" for split, path in files.items() if path]
+    if args.data != "path":
+        if given:
+            raise InfolmError(f"{given[0]} names a file of your own: give it with --data path")
+        return load_corpus(DataConfig(name=args.data))
+    missing = [f"--{split}" for split, path in files.items() if not path]
+    if missing:
+        raise InfolmError(f"--data path reads --train, --valid and --test (text files); missing {', '.join(missing)}")
+    return load_corpus(DataConfig(name="path", **files))
 
 
 def cmd_ngram_build(args: argparse.Namespace) -> int:
@@ -295,7 +305,7 @@ def cmd_ngram_build(args: argparse.Namespace) -> int:
 
     if args.order < 1:
         raise InfolmError(f"--order must be positive, got {args.order}")
-    result = build_command(_ngram_corpus(args.data), args.order, args.out, args.method)
+    result = build_command(_ngram_corpus(args), args.order, args.out, args.method)
     _print(result, args.json)
     return 0
 
@@ -303,7 +313,7 @@ def cmd_ngram_build(args: argparse.Namespace) -> int:
 def cmd_ngram_eval(args: argparse.Namespace) -> int:
     from infolm.ngram.cli import eval_command
 
-    result = eval_command(args.arpa, _ngram_corpus(args.data), args.split)
+    result = eval_command(args.arpa, _ngram_corpus(args), args.split)
     _print(result, args.json)
     return 0
 
@@ -334,6 +344,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         plot_curves(runs, args.plot)
         sys.stderr.write(f"infolm report: learning curves in {args.plot}\n")
     return 0
+
+
+def _add_ngram_files(parser: argparse.ArgumentParser) -> None:
+    for split in ("train", "valid", "test"):
+        parser.add_argument(f"--{split}", default=None, help=f"with --data path: the {split} text file")
 
 
 def make_parser() -> Parser:
@@ -448,7 +463,8 @@ def make_parser() -> Parser:
     p = sub.add_parser("ngram", help="count-based n-gram models (Kneser-Ney), ARPA files")
     ngram = p.add_subparsers(dest="ngram_command", required=True, parser_class=Parser)
     q = ngram.add_parser("build", help="build an n-gram model and write it as ARPA")
-    q.add_argument("--data", default="ptb", help="dataset whose training split is counted")
+    q.add_argument("--data", default="ptb", help="dataset whose training split is counted (path: your files)")
+    _add_ngram_files(q)
     q.add_argument("--order", type=int, default=2, help="n of the n-gram model")
     q.add_argument("--out", required=True, help="ARPA file to write")
     q.add_argument(
@@ -461,7 +477,8 @@ def make_parser() -> Parser:
     q.set_defaults(func=cmd_ngram_build)
     q = ngram.add_parser("eval", help="perplexity of an ARPA model on a split")
     q.add_argument("arpa", help="ARPA file (written by infolm ngram build, or KenLM)")
-    q.add_argument("--data", default="ptb", help="dataset to score")
+    q.add_argument("--data", default="ptb", help="dataset to score (path: your files, the vocabulary from --train)")
+    _add_ngram_files(q)
     q.add_argument("--split", choices=("train", "valid", "test"), default="valid", help="split to score")
     q.add_argument("--json", action="store_true", help="print the results as JSON")
     q.set_defaults(func=cmd_ngram_eval)
