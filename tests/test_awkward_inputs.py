@@ -454,3 +454,22 @@ def test_finetune_from_a_masked_lm_run_on_unicode_sentences(runs, tmp_path):
     exported = run("export", str(tmp_path / "ft" / "seed-1"), str(tmp_path / "hf"), "--json")
     assert_outcome(exported, "works")
     assert json.loads(exported.stdout)["architecture"] == "BertForSequenceClassification"
+
+
+STREAM_SMALL = ["data.batch_size=2", "data.bptt=4", "data.eval_batch_size=2", "data.max_eval_tokens=null"]
+
+
+@pytest.mark.parametrize(
+    "shape, expected",
+    [("vocab-3", "works"), ("one-line", "objective bmi pairs consecutive sentences of the training text")],
+)
+def test_bmi_needs_two_training_lines(shape, expected, tmp_path):
+    """One line of text gave "a sentence index needs at least two sentences": no objective, no text named."""
+    run_dir = tmp_path / "run"
+    overrides = [*STREAM_SMALL, "data.variable_bptt=false", "objective.bmi.hidden=8", "objective.bmi.batch_size=2"]
+    result = train("configs/ptb/bmi-base.yaml", run_dir, *overrides, *write_files(tmp_path, TEXT_SHAPES[shape]))
+    assert_outcome(result, expected)
+    if expected == "works":
+        assert_trained(result, run_dir)
+    else:
+        assert_nothing_written(run_dir)
