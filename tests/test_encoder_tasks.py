@@ -93,6 +93,7 @@ def test_classification_batches_and_metrics(tmp_path):
             "task.vocab_size=60",
             "task.min_frequency=1",
             "model.name=bert",
+            "model.num_labels=2",
             "data.name=path",
             f"data.train={train}",
             f"data.test={test}",

@@ -98,6 +98,11 @@ def _mode(config: Any, requested: str | None) -> str:
     return requested or "sample"
 
 
+def _shortened(text: str, limit: int = 60) -> str:
+    """``text`` cut to about ``limit`` characters, for an error line."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text.split())} words)"
+
+
 def _encode_sentence(corpus: Any, text: str, run_dir: str) -> list[int]:
     from infolm.data.vocab import UNK
 
@@ -107,7 +112,7 @@ def _encode_sentence(corpus: Any, text: str, run_dir: str) -> list[int]:
     vocab = corpus.vocab
     known = [w for w in words if w in vocab and w != UNK]
     if not known:
-        raise InfolmError(f"sentence {text!r} has no word in the vocabulary of {run_dir}")
+        raise InfolmError(f"sentence {_shortened(text)!r} has no word in the vocabulary of {run_dir}")
     if UNK not in vocab:
         missing = [w for w in words if w not in vocab]
         if missing:

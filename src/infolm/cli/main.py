@@ -150,6 +150,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from infolm.models.bert_export import export_bert
     from infolm.models.encoder import Encoder
 
+    if Path(args.out).resolve() == Path(args.run_dir).resolve():
+        raise InfolmError(f"export writes a new directory; {args.out} is the run directory itself (give another)")
     run_dir = Path(args.run_dir)
     config, model, checkpoint = load_run_model(run_dir)  # the run directory alone: no data is read
     if not isinstance(model, Encoder):
@@ -189,6 +191,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.device == "auto" and torch.cuda.is_available()
         else ("cpu" if args.device == "auto" else args.device)
     )
+    for flag, value in (("--batch-size", args.batch_size), ("--bptt", args.bptt)):
+        if value < 0:
+            raise InfolmError(f"{flag} must be positive (0: the run's own), got {value}")
     # the whole split unless asked: data.max_eval_tokens is a training-time speed setting
     config, corpus, model = load_run(args.run_dir, device, full_splits=not args.as_trained)
     batch_size = config.data.eval_batch_size = args.batch_size or config.data.eval_batch_size
@@ -340,7 +345,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     if args.max_tokens < 1:
         raise InfolmError(f"--max-tokens must be positive, got {args.max_tokens}")
-    if args.temperature < 0:
+    if not args.temperature >= 0:  # NaN too
         raise InfolmError(f"--temperature must be non-negative, got {args.temperature}")
     if not 0.0 < args.top_p <= 1.0:
         raise InfolmError(f"--top-p must be in (0, 1], got {args.top_p}")

@@ -37,7 +37,9 @@ def read_cola_tsv(path: str | Path, num_labels: int = 2) -> LabelledSentences:
     text = read_text(path)
     sentences: list[str] = []
     labels: list[int] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # lines end at "\n" only: a sentence may hold what str.splitlines also breaks at (U+0085, U+2028, form feed)
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         columns = line.split("\t")

@@ -26,6 +26,8 @@ from infolm.evaluation.knn_entropy import knn_entropy, standard_normal_entropy
 from infolm.evaluation.melbo import evaluate_melbo
 from infolm.evaluation.reconstruction import encode, reconstruction_bleu_scores
 
+ENTROPY_K = 3  # neighbours of the Kraskov estimate of the latent entropy
+
 
 @torch.no_grad()
 def widened_proposal_bound(
@@ -154,14 +156,22 @@ def latent_report(
         if entropy:
             generator = torch.Generator().manual_seed(seed)
             codes = torch.cat([encode(model, bare[i : i + 256], mode, generator) for i in range(0, len(bare), 256)])
-            estimate = knn_entropy(codes.double().numpy())
+            distinct = int(codes.unique(dim=0).size(0))
+            # a split of a few sentences (or one repeated) has too few codes for the estimate: skipped, noted
+            estimate = knn_entropy(codes.double().numpy(), k=ENTROPY_K) if distinct > ENTROPY_K else None
             dim = codes.size(1)
+            if estimate is not None:
+                note = f"Kraskov k={estimate.k}, max norm"
+            elif distinct <= ENTROPY_K:
+                note = f"skipped: {distinct} distinct codes, Kraskov k={ENTROPY_K} needs more than {ENTROPY_K}"
+            else:
+                note = "skipped above 300 dimensions"
             report["latent_entropy"] = {
                 "entropy": None if estimate is None else estimate.entropy,
                 "normal_entropy": standard_normal_entropy(dim),
                 "dim": dim,
                 "mode": mode,
-                "note": "skipped above 300 dimensions" if estimate is None else f"Kraskov k={estimate.k}, max norm",
+                "note": note,
             }
         if melbo and not deterministic:
             torch.manual_seed(seed)

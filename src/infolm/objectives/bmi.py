@@ -142,6 +142,12 @@ class BMI(Objective):
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         """Index the training sentences; size D_theta from the model's per-layer hidden widths."""
+        lines = corpus.num_sentences("train")
+        if lines < 2:
+            raise InfolmError(
+                f"objective bmi pairs consecutive sentences of the training text, one per line: it has {lines} "
+                "line; give it at least two"
+            )
         self.index = SentenceIndex.from_corpus(corpus, "train", max_len=self.config.max_sentence_len)
         if self.discriminator is None:
             self.discriminator = PairDiscriminator(self.feature_size(cast(LanguageModel, model)), self.config.hidden)

@@ -75,6 +75,12 @@ def labelled_splits(data: DataConfig, config: ClassificationConfig) -> dict[str,
         train = splits["train"]
         order = torch.from_numpy(np.random.default_rng(config.split_seed).permutation(len(train)))
         held = max(1, int(round(config.valid_fraction * len(train))))
+        if held >= len(train):
+            source = data.train if data.name == "path" else f"the train split of {data.name}"
+            raise InfolmError(
+                f"{source} has {len(train)} sentence(s): holding out task.valid_fraction={config.valid_fraction} "
+                "for validation leaves none to train on; give more sentences or a data.valid file"
+            )
         splits["valid"], splits["train"] = (
             train.subset(order[:held].sort().values),
             train.subset(order[held:].sort().values),
@@ -83,6 +89,17 @@ def labelled_splits(data: DataConfig, config: ClassificationConfig) -> dict[str,
         if len(part) == 0:
             raise InfolmError(f"the {split} split of {data.name} has no sentences")
     return splits
+
+
+def check_head(config: ClassificationConfig, model: dict[str, Any]) -> None:
+    """The model's classification head scores exactly the task's classes (refused before anything is written)."""
+    head = model.get("num_labels", 0)
+    if head != config.num_labels:
+        has = f"a head of {head} classes" if head else "no classification head"
+        raise InfolmError(
+            f"task classification has {config.num_labels} classes (task.num_labels), but model {model.get('name')} "
+            f"has {has} (model.num_labels); set model.num_labels={config.num_labels}"
+        )
 
 
 def background_text(
@@ -128,6 +145,7 @@ class Classification(Task):
         from infolm.config import build_dataclass
 
         settings = build_dataclass(ClassificationConfig, {k: v for k, v in config.task.items() if k != "name"}, "task")
+        check_head(settings, config.model)
         splits = labelled_splits(config.data, settings)
         tokenizer_settings = WordPieceConfig(settings.vocab_size, settings.min_frequency, settings.lowercase)
         train_text = splits["train"].sentences

@@ -58,28 +58,36 @@ class CopyPairs:
         return self.source.size(0)
 
 
-def read_pairs(corpus: Corpus, split: str) -> CopyPairs:
-    """The ``source <rev> target <eos>`` lines of ``split`` as equal-length pairs (refused with one line otherwise)."""
+def read_pairs(corpus: Corpus, split: str, source: str | None = None) -> CopyPairs:
+    """The ``source <rev> target <eos>`` lines of ``split`` as equal-length pairs (refused with one line
+    otherwise, naming ``source``, the split's file, where it is known)."""
+    where = source or f"the {split} split of {corpus.name}"
     if MARKER not in corpus.vocab:
-        raise InfolmError(f"task copy reads lines 'source {MARKER} target'; the {corpus.name} data has no {MARKER}")
+        where = source or f"the {corpus.name} data"
+        raise InfolmError(f"task copy reads lines 'source {MARKER} target'; {where} has no {MARKER}")
     marker, eos = corpus.vocab.stoi[MARKER], corpus.vocab.eos_id
     stream, offsets = corpus.stream(split), corpus.sentence_offsets(split)
     widths = np.unique(np.diff(offsets))
     if len(widths) != 1:
-        raise InfolmError(f"task copy: the lines of the {split} split differ in length; write one length per file")
+        shortest, longest = int(widths[0]) - 1, int(widths[-1]) - 1
+        raise InfolmError(
+            f"task copy: the lines of {where} differ in length ({shortest} to {longest} tokens); "
+            "write one length per file"
+        )
     width = int(widths[0])  # S symbols, the marker, S symbols, <eos>
     if width < 4 or width % 2:
         raise InfolmError(
-            f"task copy: a {split} line must hold S symbols, {MARKER} and S symbols; got {width - 1} tokens"
+            f"task copy: a line of {where} must hold S symbols, {MARKER} and S symbols; got {width - 1} tokens"
         )
     length = (width - 2) // 2
     rows = stream[: int(offsets[-1])].view(-1, width)
     if not bool((rows[:, length] == marker).all()) or int((rows == marker).sum()) != rows.size(0):
         raise InfolmError(
-            f"task copy: every {split} line must be S symbols, {MARKER}, S symbols (source and target of equal length)"
+            f"task copy: every line of {where} must be S symbols, {MARKER}, S symbols "
+            f"(source and target of equal length, {MARKER} once, in the middle)"
         )
     if not bool((rows[:, -1] == eos).all()):
-        raise InfolmError(f"task copy: a {split} line does not end where the corpus puts <eos>")
+        raise InfolmError(f"task copy: a line of {where} does not end where the corpus puts <eos>")
     return CopyPairs(rows[:, :length].clone(), rows[:, length + 1 : -1].clone())
 
 
@@ -103,9 +111,18 @@ class Copy(Task):
     def input_length(cls, config: CopyConfig, data: DataConfig) -> int | None:
         return None  # the files decide (2S per row)
 
+    @classmethod
+    def load_data(cls, config: Config) -> Corpus:
+        """The corpus ``config.data`` names, its lines checked as copy examples before anything is built
+        or written to the run directory."""
+        corpus: Corpus = super().load_data(config)
+        for split in SPLITS:
+            read_pairs(corpus, split, getattr(config.data, split))
+        return corpus
+
     def setup(self, config: Config, corpus: Corpus) -> None:
         self.data, self.seed = config.data, config.run.seed
-        self.pairs = {split: read_pairs(corpus, split) for split in SPLITS}
+        self.pairs = {split: read_pairs(corpus, split, getattr(config.data, split)) for split in SPLITS}
         self.marker = corpus.vocab.stoi[MARKER]
 
     def batch(self, split: str, index: np.ndarray | torch.Tensor) -> Batch:
@@ -143,6 +160,8 @@ class Copy(Task):
         """The greedy copy of ``prompt`` (a source), after the marker; sampling settings do not apply."""
         if not prompt:
             raise InfolmError("task copy copies a source: give the symbols to copy as the prompt")
+        if self.marker in prompt:
+            raise InfolmError(f"task copy writes {MARKER} after the source itself: give only the symbols to copy")
         was_training = model.training
         model.eval()
         try:

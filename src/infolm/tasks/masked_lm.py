@@ -170,6 +170,13 @@ def subword_corpus(corpus: Any, config: Config, settings: MaskedLMConfig) -> Enc
         lines["train"] = lines["train"] + extra_lines(name)
     tokenizer = run_tokenizer(config.run.dir, config.run.init_from, lambda: lines["train"], settings.tokenizer())
     sentences = {split: SubwordSentences.from_ids(tokenizer.encode(text)) for split, text in lines.items()}
+    for split, part in sentences.items():  # refused here, before anything is written to the run directory
+        if inner_subwords(part).numel() == 0:
+            source = getattr(config.data, split, None) if config.data.name == "path" else None
+            raise InfolmError(
+                f"{source or f'the {split} split of {config.data.name}'} has no WordPiece subwords once normalized "
+                f"(control characters dropped{', accents stripped' if settings.lowercase else ''}); give it words"
+            )
     return EncoderData.of(tokenizer, sentences)
 
 
