@@ -269,7 +269,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "real": dataclasses.asdict(estimate_segment_mi(real, len(corpus.vocab))),
             "tokens": args.mi_generated,
         }
-    _print_evaluation(result, corpus.level, args)
+    _print_evaluation(result, getattr(corpus, "level", "word"), args)
     return 0
 
 
@@ -278,7 +278,16 @@ def _print_evaluation(result: dict[str, Any], level: str, args: argparse.Namespa
     the lines are the ``summaries`` field)."""
     from infolm.cli.summaries import extra_summaries
 
-    summaries = extra_summaries(result, level, args.induced_ngram)
+    asked = {
+        "induced": args.induced_ngram,
+        "temperature": args.tune_temperature,
+        "mc_dropout": args.mc_dropout,
+        "dynamic": args.dynamic,
+        "reverse_ppl": args.reverse_ppl,
+        "mi": args.mi_generated,  # a latent run's own "mi" value is not the segment MI of generated text
+    }
+    extras = {key: result[key] for key, flag in asked.items() if flag and key in result}
+    summaries = extra_summaries(extras, level, args.induced_ngram)
     if args.json:
         _print({**result, "summaries": summaries} if summaries else result, True)
         return
