@@ -152,20 +152,28 @@ def assert_trained(result: subprocess.CompletedProcess, run_dir: Path) -> None:
     assert all(math.isfinite(r["loss"]) for r in records if "loss" in r), records
 
 
+def scores_if_trained(result: subprocess.CompletedProcess, run_dir: Path, expected: str) -> dict | None:
+    """The training outcome checked: a refusal wrote nothing (None); a run that works trained and scores test
+    (its ``infolm evaluate --json`` numbers)."""
+    assert_outcome(result, expected)
+    if expected != "works":
+        assert_nothing_written(run_dir)
+        return None
+    assert_trained(result, run_dir)
+    evaluated = run("evaluate", str(run_dir), "--split", "test", "--json")
+    assert_outcome(evaluated, "works")
+    return json.loads(evaluated.stdout)
+
+
 @pytest.mark.parametrize("task, shape", sorted(EXPECTED), ids=lambda v: v)
 def test_text_tasks(task, shape, tmp_path):
     config, overrides = TASKS[task]
     expected = EXPECTED[task, shape]
     run_dir = tmp_path / "run"
     result = train(config, run_dir, *overrides, *write_files(tmp_path, TEXT_SHAPES[shape]))
-    assert_outcome(result, expected)
-    if expected != "works":
-        assert_nothing_written(run_dir)
+    scores = scores_if_trained(result, run_dir, expected)
+    if scores is None:
         return
-    assert_trained(result, run_dir)
-    evaluated = run("evaluate", str(run_dir), "--split", "test", "--json")
-    assert_outcome(evaluated, "works")
-    scores = json.loads(evaluated.stdout)
     assert all(math.isfinite(v) for v in scores.values() if isinstance(v, float)), scores
 
 
@@ -236,14 +244,9 @@ def test_classification(shape, tmp_path):
     if "valid" not in TSV_SHAPES[shape]:
         files = [f for f in files if not f.startswith("data.valid=")]  # held out of train
     result = train("configs/cola/finetune-base.yaml", run_dir, *CLASSIFICATION, *files)
-    assert_outcome(result, expected)
-    if expected != "works":
-        assert_nothing_written(run_dir)
+    scores = scores_if_trained(result, run_dir, expected)
+    if scores is None:
         return
-    assert_trained(result, run_dir)
-    evaluated = run("evaluate", str(run_dir), "--split", "test", "--json")
-    assert_outcome(evaluated, "works")
-    scores = json.loads(evaluated.stdout)
     assert 0.0 <= scores["accuracy"] <= 1.0 and -1.0 <= scores["mcc"] <= 1.0, scores
 
 
@@ -293,14 +296,9 @@ def test_copy(shape, tmp_path):
     expected = COPY_EXPECTED[shape]
     run_dir = tmp_path / "run"
     result = train("configs/copy/reverse-20-lstm.yaml", run_dir, *COPY, *write_files(tmp_path, COPY_SHAPES[shape]))
-    assert_outcome(result, expected)
-    if expected != "works":
-        assert_nothing_written(run_dir)
+    scores = scores_if_trained(result, run_dir, expected)
+    if scores is None:
         return
-    assert_trained(result, run_dir)
-    evaluated = run("evaluate", str(run_dir), "--split", "test", "--json")
-    assert_outcome(evaluated, "works")
-    scores = json.loads(evaluated.stdout)
     assert 0.0 <= scores["sequence_accuracy"] <= scores["token_accuracy"] <= 1.0, scores
 
 
