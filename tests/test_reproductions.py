@@ -103,3 +103,36 @@ def test_a_bad_protocol_names_its_file(tmp_path: Path) -> None:
     (tmp_path / "broken.yaml").write_text("paper: x\ncomparisons:\n  - id: c\n    claim: y\n")
     with pytest.raises(ProtocolError, match="broken.yaml 'c': missing 'metrics'"):
         load_pages(tmp_path)
+
+
+def test_an_arm_may_read_its_own_path_and_a_metric_may_be_scaled_per_token(tmp_path: Path) -> None:
+    """An arm whose score file differs (an exact LM beside IWAE-scored latent runs) names its own path for a
+    metric; ``times`` and ``over`` turn a per-sentence number into a per-token one; a missing factor is no value."""
+    from experiments.reproduce.protocol import load_protocol
+    from experiments.reproduce.render import evaluate
+
+    protocols, records = tmp_path / "protocols", tmp_path / "records"
+    protocols.mkdir()
+    for run, stem, score in (
+        ("lm-s0", "eval-test", {"ppl": 100.0}),
+        ("lm-s1", "eval-test", {"ppl": 102.0}),
+        ("latent-s0", "eval-test-iwae500", {"ppl": 101.0, "mi": 2.0, "sentences": 10, "tokens": 200}),
+        ("latent-s1", "eval-test-iwae500", {"ppl": 104.0, "mi": 4.0, "sentences": 10}),  # no token count
+    ):
+        (records / "runs" / run).mkdir(parents=True)
+        (records / "runs" / run / f"{stem}.json").write_text(json.dumps(score))
+    per_token = "times: eval-test-iwae500.sentences, over: eval-test-iwae500.tokens"
+    (protocols / "p.yaml").write_text(
+        "paper: p\ntitle: P\ncomparisons:\n"
+        "  - {id: c, claim: x, protocol: y, records: runs, seeds: [0, 1],\n"
+        "     metrics: [{name: ppl, path: eval-test-iwae500.ppl},\n"
+        f"               {{name: kl, path: eval-test-iwae500.mi, {per_token}, better: higher}}],\n"
+        "     control: {arm: lm, paths: {ppl: eval-test.ppl}}, arms: [{arm: latent}]}\n"
+    )
+    result = evaluate(load_protocol("p", protocols).comparisons[0], records)
+    assert result.control is not None and result.control.values["ppl"] == {0: 100.0, 1: 102.0}
+    assert result.arms[0].paired["ppl"].diffs == [1.0, 2.0]
+    assert result.arms[0].values["kl"] == {0: pytest.approx(0.1)}
+    (protocols / "p.yaml").write_text((protocols / "p.yaml").read_text().replace("paths: {ppl:", "paths: {pp:"))
+    with pytest.raises(ProtocolError, match="paths names no metric: pp"):
+        load_protocol("p", protocols)

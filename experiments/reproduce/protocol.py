@@ -25,6 +25,8 @@ class Metric:
     better: str = "lower"  # lower | higher
     transform: str | None = None
     digits: int = 2
+    times: str | None = None  # optional dotted path: the value is multiplied by the record's number there
+    over: str | None = None  # optional dotted path: ... and divided by this one (per sentence -> per token)
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Arm:
     expect: str | None = None  # lower | higher: the paper's direction when it gives no number
     config: str | None = None  # the arm's training config, for the driver
     overrides: list[str] = field(default_factory=list)  # dotted overrides on top of config, for the driver
+    paths: dict[str, str] = field(default_factory=dict)  # metric name -> this arm's own path (its score file differs)
 
 
 @dataclass
@@ -89,6 +92,9 @@ def _arm(raw: Any, where: str) -> Arm:
     overrides = raw.get("overrides") or []
     if not isinstance(overrides, list):
         raise ProtocolError(f"{where}: overrides is a list of key=value strings")
+    paths = raw.get("paths") or {}
+    if not isinstance(paths, dict):
+        raise ProtocolError(f"{where}: paths is a mapping from metric name to a dotted path")
     return Arm(
         arm=arm,
         label=str(raw.get("label", arm)),
@@ -96,6 +102,7 @@ def _arm(raw: Any, where: str) -> Arm:
         expect=expect,
         config=raw.get("config"),
         overrides=[str(o) for o in overrides],
+        paths={str(k): str(v) for k, v in paths.items()},
     )
 
 
@@ -108,6 +115,8 @@ def _metric(raw: Any, where: str) -> Metric:
         better=str(raw.get("better", "lower")),
         transform=raw.get("transform"),
         digits=int(raw.get("digits", 2)),
+        times=None if raw.get("times") is None else str(raw["times"]),
+        over=None if raw.get("over") is None else str(raw["over"]),
     )
     if metric.better not in ("lower", "higher"):
         raise ProtocolError(f"{where}: better is lower or higher, not {metric.better!r}")
@@ -125,6 +134,11 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
     if not metrics:
         raise ProtocolError(f"{where}: at least one metric")
     control = _arm(raw["control"], f"{where} control") if raw.get("control") else None
+    names = {m.name for m in metrics}
+    for arm in ([control] if control else []) + [_arm(a, f"{where} arms") for a in _need(raw, "arms", where)]:
+        unknown = sorted(set(arm.paths) - names)
+        if unknown:
+            raise ProtocolError(f"{where} arm '{arm.arm}': paths names no metric: {', '.join(unknown)}")
     return Comparison(
         id=cid,
         title=str(raw.get("title", cid)),

@@ -65,6 +65,16 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def _machine(value: Any) -> str | None:
+    """A machine as one line: a driver's description mapping (``cuda``, ``cpus``, ``torch``) or its text."""
+    if isinstance(value, dict):
+        parts = [str(value["cuda"])] if value.get("cuda") else []
+        parts += [f"{value['cpus']} CPUs"] if value.get("cpus") else []
+        parts += [f"torch {value['torch']}"] if value.get("torch") else []
+        return ", ".join(parts) or None
+    return None if value is None else str(value)
+
+
 def _jobs(record_json: dict[str, Any]) -> list[Job]:
     best = (record_json.get("checkpoints") or {}).get("best") or {}
     commit = best.get("git_commit") or record_json.get("commit")
@@ -77,12 +87,12 @@ def _jobs(record_json: dict[str, Any]) -> list[Job]:
             Job(
                 command=entry.get("command"),
                 commit=entry.get("commit", commit),
-                machine=entry.get("machine", machine),
+                machine=_machine(entry.get("machine", machine)),
                 wall_s=entry.get("wall_s"),
             )
         )
     if not jobs and (commit or machine):
-        jobs.append(Job(commit=commit, machine=machine))
+        jobs.append(Job(commit=commit, machine=_machine(machine)))
     return jobs
 
 
