@@ -14,11 +14,14 @@ states the scale and the untuned choices), named ``OUT/<arm>-lam<λ>-s<seed>`` (
 ``OUT/<arm>-lam<λ>-a<α>-s<seed>``). As the thesis reports each
 column's best result after tuning on validation, ``table`` scores every candidate run's best checkpoint
 on validation with IWAE-``--valid-samples`` (thesis: 100), picks per arm and seed the λ with the best
-of these, scores that run on test (IWAE-``--test-samples``, thesis: 500), and prints perplexity, NLL and
-KL per token beside the thesis's numbers (hidden 128). The KL is the thesis's estimate of the true KL,
-Û − Ŝ (``infolm evaluate``'s ``mi``); the rate KL(q||p) is printed beside it. A Rényi arm at λ = 0 is
-the KL arm at λ = 0 (every MI term has weight 0): it is trained once, as the KL run, and counted for both.
-The arm ``lm`` is the table's baseline row: the sentence LSTM LM of
+of these, scores that run on test (IWAE-``--test-samples``, thesis: 500), and lists each chosen run's perplexity,
+NLL and KL per token; the comparison tables, with the thesis's numbers, are the generated page's
+(``python -m experiments.report thesis-ch5``, from ``experiments/protocols/thesis-ch5.yaml`` and the records).
+``train`` without ``--arms``, ``--lams``, ``--alpha`` or ``--seeds`` trains the runs that protocol reads.
+The KL is the thesis's estimate of the true KL, Û − Ŝ (``infolm evaluate``'s ``mi``); the rate KL(q||p)
+is printed beside it. A Rényi arm at λ = 0 is the KL arm at λ = 0 (every MI term has weight 0): it is
+trained once, as the KL run, and counted for both.
+The arm ``lm`` is the page's control: the sentence LSTM LM of
 ``configs/ptb/sentence-lstm.yaml`` (the latent model's decoder without z) trained with this config's
 batch, optimizer, schedule, stopping, dropouts and init (``lm_overrides``), once per seed as
 ``OUT/lm-s<seed>``; ``--lm-run`` adds other LM runs as rows::
@@ -63,7 +66,6 @@ from typing import Any
 from infolm.config import load_config
 from infolm.errors import InfolmError
 from infolm.latent.sentence_lstm import SentenceLSTMConfig
-from infolm.report import format_mean_std as mean_std
 from infolm.tasks.sentence_latent import SentenceLatentConfig
 from infolm.training.records import archive_run, is_record, runs_and_records
 from infolm.training.run_lock import run_dir_in_use
@@ -89,20 +91,37 @@ def objective(arm: str, lam: float, alpha: float) -> tuple[str, dict[str, Any]]:
 
 
 ARMS = ["dreg-1", "dreg-16-kl", "dreg-16-renyi", "vimco-1", "vimco-16-kl", "vimco-16-renyi"]
-# Table 5.1, hidden 128: test perplexity, NLL per token, KL per token
-THESIS = {
-    "dreg-1": (92.5, 4.527, 0.047),
-    "dreg-16-kl": (91.7, 4.518, 0.131),
-    "dreg-16-renyi": (91.6, 4.517, 0.126),
-    "vimco-1": (94.6, 4.549, 0.000),
-    "vimco-16-kl": (92.1, 4.523, 0.164),
-    "vimco-16-renyi": (92.5, 4.527, 0.120),
-}
 
 
 NUMBER = r"-?[0-9.]+(?:e[+-]?[0-9]+)?"  # as f"{value:g}" writes it: -0.05, 0.3, 1e-05
 RUN_NAME = re.compile(rf"^(?P<arm>.+)-lam(?P<lam>{NUMBER})(?:-a(?P<alpha>{NUMBER}))?-s(?P<seed>\d+)$")
 LM_RUN_NAME = re.compile(rf"^{LM}-s(?P<seed>\d+)$")
+
+
+def protocol_grid() -> tuple[list[str], list[float], float, list[int]]:
+    """The arms, λ, α and seeds of the runs that ``experiments/protocols/thesis-ch5.yaml`` reads from this
+    driver's records (``train``'s defaults)."""
+    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
+        sys.path.insert(0, str(ROOT))
+    from experiments.reproduce.protocol import load_protocol, runs_of
+
+    arms: list[str] = []
+    lams: list[float] = []
+    alphas: list[float] = []
+    seeds: list[int] = []
+    for arm, seed in runs_of(load_protocol("thesis-ch5"), records=RECORDS.name):
+        match = RUN_NAME.match(f"{arm}-s{seed}")
+        kind = LM if arm == LM else match["arm"] if match else None
+        if kind not in (LM, *ARMS):
+            raise SystemExit(f"protocol thesis-ch5: arm {arm!r} is no run name of this driver")
+        if match and kind != LM:
+            lams += [float(match["lam"])] if float(match["lam"]) not in lams else []
+            alphas += [float(match["alpha"])] if match["alpha"] and float(match["alpha"]) not in alphas else []
+        arms += [kind] if kind not in arms else []
+        seeds += [seed] if seed not in seeds else []
+    if len(alphas) > 1:
+        raise SystemExit(f"protocol thesis-ch5: one α for the Rényi arms, not {alphas}")
+    return arms, lams, (alphas or [2.0])[0], sorted(seeds)
 
 
 def run_name(arm: str, lam: float, alpha: float, seed: int) -> str:
@@ -253,6 +272,12 @@ def run_one(command: list[str], run: Path, timeout: float, cap: int) -> dict[str
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    if None in (args.arms, args.lams, args.alpha, args.seeds):  # what is not given, the protocol says
+        arms, lams, alpha, seeds = protocol_grid()
+        args.arms = args.arms or arms
+        args.lams = args.lams if args.lams is not None else lams
+        args.alpha = args.alpha if args.alpha is not None else alpha
+        args.seeds = args.seeds if args.seeds is not None else seeds
     if args.jobs < 1:
         raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
     if any(not math.isfinite(lam) or lam >= 1.0 for lam in args.lams):
@@ -479,13 +504,6 @@ def cmd_table(args: argparse.Namespace) -> None:
             lm_runs.append(run)
     training = [run for run in lm_runs if run_dir_in_use(run)]  # scored once it ends (its score would go stale)
     lm_runs = [run for run in lm_runs if run not in training]
-    lines = [
-        f"| arm | seeds (ended by themselves / cut, or short of the config's {cap} epochs) | λ chosen on valid "
-        f"| valid NLL (IWAE-{args.valid_samples}) | "
-        f"test ppl (IWAE-{args.test_samples}) | test NLL | test KL per token (Û − Ŝ) | "
-        "test rate KL(q‖p) per token | active units | thesis ppl / NLL / KL (hidden 128) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
     candidates: list[str] = []
     per_seed = [f"{run.name}: training now, not in the table" for run in training]  # each chosen run's scores,
     # and each LM run's
@@ -510,52 +528,29 @@ def cmd_table(args: argparse.Namespace) -> None:
         prefetch(sorted(wanted) + lm_paths, args.jobs)
     for arm in ARMS:
         chosen = choices[arm]
-        ppl, nll, kl = THESIS[arm]
         if not chosen:
-            if runs[arm]:
-                lines.append(f"| {arm} | no validation yet | – | – | – | – | – | – | – | {ppl} / {nll} / {kl:.3f} |")
+            per_seed += [f"{arm}: no validation yet"] if runs[arm] else []
             continue
         valid = [valid_score(run, args.valid_samples) for _, run in chosen]
         test = [score(run, "test", args.test_samples, run / test_path) for _, run in chosen]
-        done = sum(finished(run, cap) for _, run in chosen)
         per_seed += [
             f"{run.name}: valid NLL {v['nll']:.4f}, test ppl {t['ppl']:.2f}, NLL {t['nll']:.4f}, "
             f"KL per token (Û − Ŝ) {per_token_kl(t):.4f}, rate per token {per_token(t, 'kl'):.4f}"
             for (_, run), v, t in zip(chosen, valid, test)
         ]
-        settings = [RUN_NAME.match(run.name) for _, run in chosen]
-        lams = ", ".join(
-            f"{m['lam']}" + (f" (α {m['alpha']})" if m["alpha"] else "") for m in settings if m is not None
-        )
-        lines.append(
-            f"| {arm} | {done} / {len(chosen) - done} | {lams} | {mean_std([v['nll'] for v in valid], 3)} | "
-            f"{mean_std([t['ppl'] for t in test], 1)} | {mean_std([t['nll'] for t in test], 3)} | "
-            f"{mean_std([per_token_kl(t) for t in test], 4)} | {mean_std([per_token(t, 'kl') for t in test], 4)} | "
-            f"{mean_std([t['active_units'] for t in test], 1)} | "
-            f"{ppl} / {nll} / {kl:.3f} |"
-        )
     for lm in args.lm_run:
         if not (Path(lm) / "config.yaml").is_file():
             raise SystemExit(f"--lm-run {lm} is not a run directory")
     # the driver's own LM runs say whether they ended by themselves; other runs (--lm-run) cannot
-    rows = [(f"sentence LSTM LM, this config's training ({LM}-s*)", lm_runs, True)] if lm_runs else []
-    rows += [(f"sentence LSTM LM ({Path(lm).name})", [Path(lm)], False) for lm in args.lm_run]
-    for label, found, own in rows:
+    for found in [lm_runs, *([Path(lm)] for lm in args.lm_run)]:
         lm_valid = [score(run, "valid", None, run / "eval-valid.json") for run in found]
         lm_test = [score(run, "test", None, run / "eval-test.json") for run in found]
-        done = sum(finished(run, cap) for run in found)
         per_seed += [
             f"{run.name}: valid NLL {v['nll']:.4f}, test ppl {t['ppl']:.2f}, NLL {t['nll']:.4f}"
             for run, v, t in zip(found, lm_valid, lm_test)
         ]
-        seeds = f"{done} / {len(found) - done}" if own else f"{len(found)} (not this driver's)"
-        lines.append(
-            f"| {label} | {seeds} | – | {mean_std([v['nll'] for v in lm_valid], 3)} | "
-            f"{mean_std([t['ppl'] for t in lm_test], 1)} | {mean_std([t['nll'] for t in lm_test], 3)} | – | – | – | "
-            "– (no LM row; nearest: VIMCO 1 at KL 0.000) |"
-        )
-    print("\n".join(lines))
-    print("\neach chosen run (and each LM run), as scored for the table:")
+    print("the comparison tables: python -m experiments.report thesis-ch5 (from the records)")
+    print("\neach chosen run (and each LM run), as scored:")
     print("\n".join(f"  {line}" for line in per_seed))
     print(
         "\nevery candidate's best validation bound per token, as logged in training (task.valid_samples draws), "
@@ -609,11 +604,11 @@ def main() -> None:
     p = sub.add_parser("train", help="train the arms")
     p.add_argument("--out", default="runs/thesis-table5-1")
     p.add_argument(
-        "--arms", nargs="+", default=[LM, *ARMS], choices=[LM, *ARMS], help=f"{LM}: the sentence LM baseline"
+        "--arms", nargs="+", choices=[LM, *ARMS], help=f"{LM}: the sentence LM baseline (default: the protocol's)"
     )
-    p.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.3, 0.6], help="λ grid (Table 5.2: -0.05..0.9999)")
-    p.add_argument("--alpha", type=float, default=2.0, help="α of the Rényi arms (Table 5.2 tunes it in 0.86..16)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--lams", type=float, nargs="+", help="λ grid (Table 5.2: -0.05..0.9999; default: the protocol's)")
+    p.add_argument("--alpha", type=float, help="α of the Rényi arms (Table 5.2: 0.86..16; default: the protocol's)")
+    p.add_argument("--seeds", type=int, nargs="+", help="default: the protocol's")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time")
     p.add_argument("--deadline-s", type=float, default=0, help="stop what trains after this many s (0: never)")
     p.add_argument("--set", nargs="*", default=[], help="overrides for every run (e.g. run.device=cuda)")
@@ -626,7 +621,7 @@ def main() -> None:
     p.add_argument("--valid-samples", type=int, default=100, help="with --score: IWAE-K on valid (thesis: 100)")
     p.add_argument("--test-samples", type=int, default=500, help="with --score: IWAE-K on test (thesis: 500)")
     p.set_defaults(func=cmd_train)
-    p = sub.add_parser("table", help="pick λ on validation, score on test and print the table")
+    p = sub.add_parser("table", help="pick λ on validation, score the chosen runs on test and list them")
     p.add_argument("--out", default="runs/thesis-table5-1")
     p.add_argument("--valid-samples", type=int, default=100, help="IWAE-K of the reported valid NLL (thesis: 100)")
     p.add_argument("--test-samples", type=int, default=500, help="IWAE-K on test (thesis: 500)")
