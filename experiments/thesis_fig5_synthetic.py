@@ -18,7 +18,8 @@ curve's frontier and writes ``OUT/<figure>/pareto.{csv,png}``; the PNGs are copi
 
 ``--schedule converged`` trains each point for 30,000 steps, the learning rate annealed over the last
 third (the points of the 1,000-step ``short`` schedule are far from where training ends), and
-``--seeds`` repeats every point: the tables give mean ± std over seeds, and the PNG each curve's
+``--seeds`` repeats every point: the page's tables give mean ± sd over seeds (``python -m experiments.report
+thesis-ch5``, from the records), and the PNG each curve's
 frontier of the seed means. ``--jobs N`` trains N runs at a time. ``--archive`` copies every finished
 run's small files into ``experiments/records/thesis-fig5-synthetic[-converged]/<figure>/``; a point
 whose record exists is read from it and not trained again.
@@ -47,7 +48,7 @@ from typing import Any
 import yaml
 
 from infolm.latent.pareto import frontier as pareto_frontier
-from infolm.report import format_mean_std, mean_std
+from infolm.report import mean_std
 from infolm.training.checkpoint import write_json_atomic
 from infolm.training.metrics import read_metrics
 from infolm.training.records import archive_run, is_record
@@ -166,20 +167,22 @@ def run_point(
     return command, time.time() - start
 
 
-def nll_at_mi(points: list[tuple[float, float]], targets: list[float]) -> list[float | None]:
-    """NLL at each MI of ``targets``, linear between the (MI, NLL) points of a curve's frontier (a point
-    is dropped when another has at least its MI and a lower NLL); None outside the frontier's MI range."""
-    finite = [(mi, nll) for mi, nll in points if math.isfinite(mi) and math.isfinite(nll)]  # a diverged run: no point
-    frontier = sorted(point for point, kept in zip(finite, pareto_frontier(finite)) if kept)
-    found: list[float | None] = []
-    for target in targets:
-        value = None
-        for (m0, n0), (m1, n1) in zip(frontier, frontier[1:] or frontier):  # one point: itself
-            if m0 <= target <= m1:
-                value = n0 if m1 == m0 else n0 + (n1 - n0) * (target - m0) / (m1 - m0)
-                break
-        found.append(value)
-    return found
+def protocol_grid(experiment: str, figures: list[str]) -> tuple[list[float], list[int]] | None:
+    """The λ and seeds that ``experiments/protocols/thesis-ch5.yaml`` reads from these figures' records
+    (``experiments/records/<experiment>/<figure>``), or None where it reads none of them."""
+    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
+        sys.path.insert(0, str(ROOT))
+    from experiments.reproduce.protocol import load_protocol, runs_of
+
+    page = load_protocol("thesis-ch5")
+    lams: list[float] = []
+    seeds: list[int] = []
+    for figure in figures:
+        for arm, seed in runs_of(page, records=f"{experiment}/{figure}"):
+            lam = float(arm.rsplit("-lam", 1)[1])
+            lams += [lam] if lam not in lams else []
+            seeds += [seed] if seed not in seeds else []
+    return (sorted(lams), sorted(seeds)) if lams else None
 
 
 def finished(run_dir: Path, steps: int) -> bool:
@@ -192,16 +195,6 @@ def finished(run_dir: Path, steps: int) -> bool:
 def evaluations(run: Path) -> list[dict[str, Any]]:
     """The run's evaluation records (those with an MI estimate), in order."""
     return [record for record in read_metrics(run / "metrics.jsonl") if "mi" in record]
-
-
-def cell(values: list[float], digits: int) -> str:
-    """``mean ± std`` over seeds (the value alone for one seed; a dash for none); the seeds whose run
-    diverged (a value that is not finite) are left out of the mean and counted."""
-    finite = [value for value in values if math.isfinite(value)]
-    diverged = f" ({len(values) - len(finite)} diverged)" if len(finite) < len(values) else ""
-    if not finite:
-        return "diverged" if values else "–"
-    return format_mean_std(finite, digits) + diverged
 
 
 def plot_means(
@@ -250,26 +243,28 @@ def plot_means(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="", help="run directories (default runs/thesis-fig5-synthetic[-SCHEDULE])")
-    parser.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.3, 0.5, 0.65, 0.8, 0.95])
+    parser.add_argument("--lams", type=float, nargs="+", help="default: the protocol's, else 0 0.3 0.5 0.65 0.8 0.95")
     parser.add_argument("--schedule", default="short", choices=list(SCHEDULES), help="steps and lr annealing")
     parser.add_argument("--steps", type=int, default=0, help="override the schedule's steps")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--seeds", type=int, nargs="+", help="default: the protocol's, else 0")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
     parser.add_argument("--figures", nargs="+", default=DEFAULT_FIGURES, choices=list(FIGURES))
     parser.add_argument("--docs-img", default="docs/img", help="where the PNGs are copied ('' : nowhere)")
     parser.add_argument("--records", default="", help="archived runs (default experiments/records/<experiment>)")
     parser.add_argument("--archive", action="store_true", help="copy every finished run into --records")
     parser.add_argument("--nll-max", type=float, default=0.0, help="end the plot's NLL axis here (0: at the data)")
-    parser.add_argument("--mi-targets", type=float, nargs="+", default=[1.0, 2.0, 3.0, 4.0, 5.0],
-                        help="MI values (nats) at which the table gives each curve's NLL")  # fmt: skip
     args = parser.parse_args()
+    experiment = "thesis-fig5-synthetic" + ("" if args.schedule == "short" else f"-{args.schedule}")
+    if args.lams is None or args.seeds is None:  # the protocol's grid for the figures it reads, else the first one's
+        grid = protocol_grid(experiment, args.figures) or ([0.0, 0.3, 0.5, 0.65, 0.8, 0.95], [0])
+        args.lams = grid[0] if args.lams is None else args.lams
+        args.seeds = grid[1] if args.seeds is None else args.seeds
     if any(not math.isfinite(lam) or lam >= 1.0 for lam in args.lams):
         raise SystemExit(f"--lams must be finite and below 1 (the objectives' λ < 1), got {args.lams}")
     if args.jobs < 1 or args.steps < 0:
         raise SystemExit(f"--jobs must be at least 1 and --steps at least 0, got {args.jobs} and {args.steps}")
     steps, anneal_epoch = SCHEDULES[args.schedule]
     steps = args.steps or steps
-    experiment = "thesis-fig5-synthetic" + ("" if args.schedule == "short" else f"-{args.schedule}")
     out = Path(args.out or f"runs/{experiment}")
     records = Path(args.records or ROOT / "experiments" / "records" / experiment)
     eval_every = 0 if args.schedule == "short" else 1000  # converged: a curve to read the convergence from
@@ -324,8 +319,8 @@ def main() -> None:
 
 
 def report(summary: dict[str, Any], args: argparse.Namespace, out: Path) -> None:
-    """Each point's NLL and MI (mean ± std over seeds), the NLL at equal MI along each seed's frontier,
-    and each figure's frontiers of the seed means as a PNG (copied to ``--docs-img``)."""
+    """Each figure's frontiers of the seed means as a PNG (copied to ``--docs-img``); the tables of the
+    points are the generated page's."""
     runs = summary["runs"]
     for figure in args.figures:
         paths = [r["run"] for r in runs if r["figure"] == figure and "diverged" not in r]  # a diverged run: no point
@@ -349,29 +344,7 @@ def report(summary: dict[str, Any], args: argparse.Namespace, out: Path) -> None
             Path(args.docs_img).mkdir(parents=True, exist_ok=True)
             suffix = "" if args.schedule == "short" else f"_{args.schedule}"
             shutil.copy(out / figure / "frontier.png", Path(args.docs_img) / f"thesis_{figure}{suffix}.png")
-    print("NLL / MI at each λ (mean ± std over seeds):")
-    for figure in args.figures:
-        for label, _ in FIGURES[figure][1]:
-            cells = []
-            for lam in args.lams:
-                found = [r for r in runs if r["figure"] == figure and r["curve"] == label and r["lam"] == lam]
-                cells.append(f"{cell([r['nll'] for r in found], 4)} / {cell([r['mi'] for r in found], 2)}")
-            print(f"{figure:18s} {label:16s} " + " | ".join(cells))
-    targets = args.mi_targets
-    print("\nNLL at MI = " + " / ".join(f"{t:g}" for t in targets) + " nats, linear along each seed's frontier "
-          "(mean ± std over the seeds whose frontier reaches it; [n] when fewer than all):")  # fmt: skip
-    for figure in args.figures:
-        for label, _ in FIGURES[figure][1]:
-            per_seed = []
-            for seed in args.seeds:
-                found = [r for r in runs if r["figure"] == figure and r["curve"] == label and r["seed"] == seed]
-                per_seed.append(nll_at_mi([(r["mi"], r["nll"]) for r in found], targets))
-            cells = []
-            for index in range(len(targets)):
-                values = [value for at in per_seed if (value := at[index]) is not None]
-                short = f" [{len(values)}]" if values and len(values) < len(per_seed) else ""
-                cells.append(cell(values, 3) + short)
-            print(f"{figure:18s} {label:16s} " + " | ".join(cells))
+    print("the tables of each point (mean ± sd over seeds): python -m experiments.report thesis-ch5 (from the records)")
 
 
 if __name__ == "__main__":

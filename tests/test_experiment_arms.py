@@ -503,23 +503,9 @@ def test_fig5_synthetic_figures_build_and_power_curves_tie_alpha_to_lambda() -> 
     }
 
 
-def test_fig5_nll_at_equal_mi_interpolates_along_the_frontier() -> None:
-    module = experiment("thesis_fig5_synthetic")
-    elbo = [(0.08, 6.9112), (0.27, 6.9177), (1.22, 6.9916), (3.68, 7.3726), (6.41, 8.0067), (9.62, 10.1315)]
-    at = module.nll_at_mi(elbo, [2.0, 0.05, 10.0])
-    assert abs(at[0] - (6.9916 + (7.3726 - 6.9916) * (2.0 - 1.22) / (3.68 - 1.22))) < 1e-12  # 7.112
-    assert at[1:] == [None, None]  # outside the curve's MI range
-    dominated = [*elbo, (1.0, 7.5)]  # worse than (1.22, 6.9916), which has more MI: off the frontier
-    assert module.nll_at_mi(dominated, [1.1]) == module.nll_at_mi(elbo, [1.1])
-    diverged = [*elbo, (float("nan"), float("nan")), (2.0, float("inf"))]  # a diverged run is no point
-    assert module.nll_at_mi(diverged, [2.0, 5.0]) == module.nll_at_mi(elbo, [2.0, 5.0])
-    assert module.nll_at_mi([(1.5, 7.0)], [1.5, 1.0]) == [7.0, None]  # one point: only at its own MI
-
-
-def test_fig5_seeds_are_read_from_records_and_averaged(tmp_path: Path, monkeypatch, capsys) -> None:
-    """With every point archived, the driver trains nothing, reads each seed's record and prints each
-    point's mean ± sample std over seeds and the NLL at equal MI averaged over the seeds' frontiers; a
-    diverged run is counted, not averaged, and not trained again."""
+def test_fig5_seeds_are_read_from_records(tmp_path: Path, monkeypatch, capsys) -> None:
+    """With every point archived, the driver trains nothing, reads each seed's record into its summary and
+    plots the frontiers; a diverged run is kept as such, with no point, and not trained again."""
     module = experiment("thesis_fig5_synthetic")
     figure = "fig5_3_continuous"
     records, out = tmp_path / "records", tmp_path / "out"
@@ -546,14 +532,20 @@ def test_fig5_seeds_are_read_from_records_and_averaged(tmp_path: Path, monkeypat
     assert not list((out / figure).glob("*-s[01]"))  # nothing trained: every point was a record
     assert (out / figure / "frontier.png").is_file() and (out / figure / "pareto.csv").is_file()
     printed = capsys.readouterr().out
-    elbo = [line for line in printed.splitlines() if line.startswith(f"{figure:18s} ELBO ")]
-    # λ 0.3: NLL 7.0 and 7.2 (mean 7.1, std 0.1414), MI 1 and 2 (1.5 ± 0.71)
-    assert elbo[0].split(" ELBO ")[1].split(" | ")[0].strip() == "7.1000 ± 0.1414 / 1.50 ± 0.71"
-    # NLL at MI 2: seed 0 interpolates 7.0 + 0.4 / 2 = 7.2, seed 1 is at its point 7.2; MI 4 only seed 1
-    at = elbo[1].split(" ELBO ")[1].split(" | ")
-    assert at[1].strip() == "7.200 ± 0.000" and at[3].strip() == "7.600 [1]" and at[4].strip() == "–"
-    dreg = [line for line in printed.splitlines() if line.startswith(f"{figure:18s} DReG 1 ")][0]
-    assert dreg.split(" DReG 1 ")[1].split(" | ")[0].strip() == "6.9500 (1 diverged) / 0.10 (1 diverged)"
+    assert printed.splitlines()[-1].endswith("python -m experiments.report thesis-ch5 (from the records)")
+    runs = json.loads((out / f"summary-{figure}.json").read_text())["runs"]
+    elbo = {(r["lam"], r["seed"]): (r["nll"], r["mi"]) for r in runs if r["curve"] == "ELBO"}
+    assert elbo[(0.3, 0)] == (7.0, 1.0) and elbo[(0.5, 1)] == (7.6, 4.0)  # each seed's record read
+    diverged = [r for r in runs if r["curve"] == "DReG 1" and r["seed"] == 1 and r["lam"] == 0.3]
+    assert len(diverged) == 1 and "diverged" in diverged[0] and math.isnan(diverged[0]["nll"])
+
+
+def test_fig5_default_grid_is_the_protocols() -> None:
+    """On the converged schedule the λ and seeds default to those the thesis-ch5 protocol reads."""
+    module = experiment("thesis_fig5_synthetic")
+    grid = module.protocol_grid("thesis-fig5-synthetic-converged", module.DEFAULT_FIGURES)
+    assert grid == ([0.1, 0.3, 0.65], [0, 1, 2])
+    assert module.protocol_grid("thesis-fig5-synthetic", module.DEFAULT_FIGURES) is None
 
 
 def test_smim_table_reuses_a_report_only_for_the_settings_it_was_computed_with(tmp_path: Path) -> None:
