@@ -131,7 +131,8 @@ def slug(text: str) -> str:
 # 20,000 symbols, 313 steps of 64. short: the first frontiers (1,000 steps at constant lr, far from
 # converged: DReG 16 KL at λ 0.5 has MI 3.3 at 1,000 steps, 6.5 at 10,000). converged: 20,000 steps at
 # constant lr, then x0.8 per epoch (lr 1.8e-5 at the end), a full schedule whose end is flat (pilot in
-# docs/notebook/thesis-ch5.md: DReG 16 KL at λ 0.5 moved by 0.005 nats of NLL and 0.002 of MI over its last 5,000 steps).
+# docs/notebook/thesis-ch5.md: DReG 16 KL at λ 0.5 moved by 0.005 nats of NLL and 0.002 of MI over its last
+# 5,000 steps).
 SCHEDULES: dict[str, tuple[int, int]] = {"short": (1000, 0), "converged": (30000, 64)}
 
 
