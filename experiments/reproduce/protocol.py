@@ -33,6 +33,9 @@ class Arm:
     label: str
     paper: dict[str, Any] = field(default_factory=dict)  # metric name -> the paper's number (or text)
     expect: str | None = None  # lower | higher: the paper's direction when it gives no number
+    # an arm chosen per seed among these arms, by the best value of the metric ``select_by`` (held-out data)
+    select: list[str] = field(default_factory=list)
+    select_by: str | None = None
 
 
 @dataclass
@@ -84,7 +87,14 @@ def _arm(raw: Any, where: str) -> Arm:
     if not isinstance(paper, dict):
         raise ProtocolError(f"{where}: paper is a mapping from metric name to the paper's number")
     arm = str(_need(raw, "arm", where))
-    return Arm(arm=arm, label=str(raw.get("label", arm)), paper=dict(paper), expect=expect)
+    select = raw.get("select")
+    among: list[str] = []
+    by: str | None = None
+    if select is not None:
+        if not isinstance(select, dict) or not isinstance(select.get("among"), list) or len(select["among"]) < 2:
+            raise ProtocolError(f"{where}: select is a mapping with 'among' (two arms or more) and 'by' (a metric)")
+        among, by = [str(name) for name in select["among"]], str(_need(select, "by", f"{where} select"))
+    return Arm(arm=arm, label=str(raw.get("label", arm)), paper=dict(paper), expect=expect, select=among, select_by=by)
 
 
 def _metric(raw: Any, where: str) -> Metric:
@@ -113,6 +123,11 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
     if not metrics:
         raise ProtocolError(f"{where}: at least one metric")
     control = _arm(raw["control"], f"{where} control") if raw.get("control") else None
+    arms = [_arm(a, f"{where} arms") for a in _need(raw, "arms", where)]
+    names = {metric.name for metric in metrics}
+    for arm in [*arms, *([control] if control else [])]:
+        if arm.select and arm.select_by not in names:
+            raise ProtocolError(f"{where}: arm '{arm.arm}' selects by '{arm.select_by}', which is no metric of it")
     return Comparison(
         id=cid,
         title=str(raw.get("title", cid)),
@@ -121,7 +136,7 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
         records=str(_need(raw, "records", where)),
         seeds=[int(s) for s in _need(raw, "seeds", where)],
         metrics=metrics,
-        arms=[_arm(a, f"{where} arms") for a in _need(raw, "arms", where)],
+        arms=arms,
         control=control,
         headline=bool(raw.get("headline", False)),
         tolerance=None if raw.get("tolerance") is None else float(raw["tolerance"]),
@@ -172,14 +187,16 @@ def load_protocol(paper: str, folder: Path = PROTOCOLS) -> Page:
 
 
 def runs_of(page: Page, records: str | None = None) -> list[tuple[str, int]]:
-    """The (arm, seed) pairs a page reads, controls included, optionally of one record folder; for drivers."""
+    """The (arm, seed) pairs a page reads, controls included, optionally of one record folder; for drivers.
+    An arm that selects among others stands for those others (it has no runs of its own)."""
     seen: list[tuple[str, int]] = []
     for comparison in page.comparisons:
         if records is not None and comparison.records != records:
             continue
         arms = ([comparison.control] if comparison.control else []) + comparison.arms
         for arm in arms:
-            for seed in comparison.seeds:
-                if (arm.arm, seed) not in seen:
-                    seen.append((arm.arm, seed))
+            for name in arm.select or [arm.arm]:
+                for seed in comparison.seeds:
+                    if (name, seed) not in seen:
+                        seen.append((name, seed))
     return seen
