@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the protocols' reader lives in the experiments package
     sys.path.insert(0, str(ROOT))
 
-from experiments.reproduce.protocol import load_pages  # noqa: E402
+from experiments.reproduce.protocol import load_pages, runs_of  # noqa: E402
 from infolm.training.records import archive_run, is_record  # noqa: E402
 
 RECORDS = "encoders-cola"  # the protocols' record folder for these runs
@@ -83,20 +83,15 @@ def recipe(name: str) -> Arm:
 
 
 def protocol_runs() -> tuple[list[str], list[int]]:
-    """Every arm (controls included) and seed of the comparisons that read ``encoders-cola``, in protocol order.
-    An arm that selects among other arms (``select``) is trained as those arms."""
+    """Every arm (controls included; an arm that selects stands for the arms it chooses among) and seed of
+    the comparisons that read ``encoders-cola``, in protocol order."""
     arms: list[str] = []
     seeds: list[int] = []
     pages = load_pages()
     for paper in PAPERS:
-        for comparison in pages[paper].comparisons if paper in pages else []:
-            if comparison.records != RECORDS:
-                continue
-            for arm in ([comparison.control] if comparison.control else []) + comparison.arms:
-                for name in getattr(arm, "select", None) or [arm.arm]:
-                    if name not in arms:
-                        arms.append(name)
-            seeds += [seed for seed in comparison.seeds if seed not in seeds]
+        for arm, seed in runs_of(pages[paper], RECORDS) if paper in pages else []:
+            arms += [arm] if arm not in arms else []
+            seeds += [seed] if seed not in seeds else []
     return arms, seeds
 
 
