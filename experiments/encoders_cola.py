@@ -27,7 +27,7 @@ pretraining run. Runs that finished are reused and recorded arms are skipped, so
 continues where it stopped; the tables are ``python -m experiments.report infoword imm``.
 
     INFOLM_DATA_MIRROR=... OMP_NUM_THREADS=1 python experiments/encoders_cola.py            # every arm, seed
-    OMP_NUM_THREADS=1 python experiments/encoders_cola.py --arms bert-nce infoword-1 --seeds 0 --dry-run
+    OMP_NUM_THREADS=1 python experiments/encoders_cola.py --arms bert-nce infoword-1.0 --seeds 0 --dry-run
 """
 
 from __future__ import annotations
