@@ -35,6 +35,7 @@ class Arm:
     expect: str | None = None  # lower | higher: the paper's direction when it gives no number
     config: str | None = None  # the arm's training config, for the driver
     overrides: list[str] = field(default_factory=list)  # dotted overrides on top of config, for the driver
+    paths: dict[str, str] = field(default_factory=dict)  # metric name -> this arm's own path (a within-run arm)
 
 
 @dataclass
@@ -96,6 +97,7 @@ def _arm(raw: Any, where: str) -> Arm:
         expect=expect,
         config=raw.get("config"),
         overrides=[str(o) for o in overrides],
+        paths={str(k): str(v) for k, v in (raw.get("paths") or {}).items()},
     )
 
 
