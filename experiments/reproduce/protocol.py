@@ -33,6 +33,9 @@ class Arm:
     label: str
     paper: dict[str, Any] = field(default_factory=dict)  # metric name -> the paper's number (or text)
     expect: str | None = None  # lower | higher: the paper's direction when it gives no number
+    config: str | None = None  # the arm's training config, for the driver
+    overrides: list[str] = field(default_factory=list)  # dotted overrides on top of config, for the driver
+    paths: dict[str, str] = field(default_factory=dict)  # metric name -> this arm's own path (a within-run arm)
     # an arm chosen per seed among these arms, by the best value of the metric ``select_by`` (held-out data)
     select: list[str] = field(default_factory=list)
     select_by: str | None = None
@@ -87,6 +90,9 @@ def _arm(raw: Any, where: str) -> Arm:
     if not isinstance(paper, dict):
         raise ProtocolError(f"{where}: paper is a mapping from metric name to the paper's number")
     arm = str(_need(raw, "arm", where))
+    overrides = raw.get("overrides") or []
+    if not isinstance(overrides, list):
+        raise ProtocolError(f"{where}: overrides is a list of key=value strings")
     select = raw.get("select")
     among: list[str] = []
     by: str | None = None
@@ -94,7 +100,17 @@ def _arm(raw: Any, where: str) -> Arm:
         if not isinstance(select, dict) or not isinstance(select.get("among"), list) or len(select["among"]) < 2:
             raise ProtocolError(f"{where}: select is a mapping with 'among' (two arms or more) and 'by' (a metric)")
         among, by = [str(name) for name in select["among"]], str(_need(select, "by", f"{where} select"))
-    return Arm(arm=arm, label=str(raw.get("label", arm)), paper=dict(paper), expect=expect, select=among, select_by=by)
+    return Arm(
+        arm=arm,
+        label=str(raw.get("label", arm)),
+        paper=dict(paper),
+        expect=expect,
+        config=raw.get("config"),
+        overrides=[str(o) for o in overrides],
+        paths={str(k): str(v) for k, v in (raw.get("paths") or {}).items()},
+        select=among,
+        select_by=by,
+    )
 
 
 def _metric(raw: Any, where: str) -> Metric:
@@ -184,6 +200,20 @@ def load_protocol(paper: str, folder: Path = PROTOCOLS) -> Page:
     if paper not in pages:
         raise ProtocolError(f"no protocol for '{paper}' (known: {', '.join(sorted(pages)) or 'none'})")
     return pages[paper]
+
+
+def arms_of(page: Page, records: str | None = None) -> dict[str, Arm]:
+    """Every arm a page reads (controls included), by name, optionally of one record folder; for drivers.
+    An arm that selects among others is left out: it has no runs of its own."""
+    found: dict[str, Arm] = {}
+    for comparison in page.comparisons:
+        if records is None or comparison.records == records:
+            for arm in ([comparison.control] if comparison.control else []) + comparison.arms:
+                if arm.select:
+                    continue
+                if arm.arm not in found or (found[arm.arm].config is None and arm.config is not None):
+                    found[arm.arm] = arm
+    return found
 
 
 def runs_of(page: Page, records: str | None = None) -> list[tuple[str, int]]:
