@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# SentenceMIM Table 2 / 7 at a CPU scale, trained to convergence: sMIM, sVAE, sVAE + KL annealing,
-# AE, a sentence LSTM LM and a sentence GRU LM (sMIM's decoder without z) on PTB
-# (configs/ptb/{smim,svae,ae,sentence-lstm,gru-lm}-cpu.yaml), one after the
-# other, for the seeds given (default: 0). A stopped run resumes when the script is run again; a
+# SentenceMIM Table 2 / 6 / 7 at a CPU scale, trained to convergence: the arms that
+# experiments/protocols/smim.yaml compares (sMIM, sVAE, sVAE + KL annealing, AE, a sentence LSTM LM and a
+# sentence GRU LM, sMIM's decoder without z; configs/ptb/{smim,svae,ae,sentence-lstm,gru-lm}-cpu.yaml) on PTB,
+# one after the other, for the seeds given (default: 0). A stopped run resumes when the script is run again; a
 # finished one is skipped. Then
-#   python experiments/smim_ptb_table2.py --seeds 0
-# evaluates the runs and prints the table of docs/results.md.
+#   python experiments/smim_ptb_table2.py --seeds 0 --samples 500 --sentences 0 --proposal-floors -4 --archive
+# scores and archives the runs, and `python -m experiments.report smim` rebuilds docs/reproductions/smim.md.
 # ARMS="smim-z128 ae-z128 smim-z512 ae-z512" bash experiments/smim_ptb_cpu.sh 0 trains the larger latents of
 # the paper's Table 7 instead (-zN: model.latent=N, everything else as the config). OUT=DIR puts the runs
 # there instead of runs/smim-ptb-cpu (then: smim_ptb_table2.py --runs DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${*:-0}
-arms=${ARMS:-smim svae svae-kl ae sentence-lstm gru-lm}
+arms=${ARMS:-$(python experiments/smim_ptb_table2.py --list-arms)}
 out=${OUT:-runs/smim-ptb-cpu}
 mkdir -p "$out"
 for seed in $seeds; do
