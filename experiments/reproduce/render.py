@@ -30,8 +30,8 @@ class ComparisonResult:
     arms: list[ArmResult]
 
 
-def _value(record: Record, metric: Metric) -> float | None:
-    return stats.transform(record.get(metric.path), metric.transform)
+def _value(record: Record, metric: Metric, arm: Arm) -> float | None:
+    return stats.transform(record.get(arm.path(metric)), metric.transform)
 
 
 def _collect(comparison: Comparison, arm: Arm, records: dict[str, Record]) -> ArmResult:
@@ -42,7 +42,7 @@ def _collect(comparison: Comparison, arm: Arm, records: dict[str, Record]) -> Ar
             continue
         result.records.append(record)
         for metric in comparison.metrics:
-            value = _value(record, metric)
+            value = _value(record, metric, arm)
             if value is not None:
                 result.values.setdefault(metric.name, {})[seed] = value
     return result
@@ -212,7 +212,7 @@ def _runs(result: ComparisonResult) -> list[str]:
     ]
     for arm in rows:
         for record in arm.records:
-            values = [_num(_value(record, m), m.digits) for m in result.comparison.metrics]
+            values = [_num(_value(record, m, arm.arm), m.digits) for m in result.comparison.metrics]
             job = record.jobs[0] if record.jobs else None
             wall = sum(j.wall_s for j in record.jobs if j.wall_s) / 3600 if record.jobs else None
             command = f"`{job.command}`" if job and job.command else "not recorded"
