@@ -5,7 +5,8 @@
     python experiments/smim_ptb_table2.py --samples 500 --sentences 0 --proposal-floors -4 --archive
 
 The arms and seeds are the protocol's (``--arms`` and ``--seeds`` score others, e.g. ``smim-z128``;
-``--list-arms`` prints the protocol's arms for ``smim_ptb_cpu.sh``). A latent run (task ``sentence-latent``:
+``--list-arms`` prints the protocol's arms and ``--train-args ARM`` an arm's config and overrides, both for
+``smim_ptb_cpu.sh``). A latent run (task ``sentence-latent``:
 sMIM, sVAE, AE) is scored on the first ``--sentences`` PTB test sentences (0: all of them; the page reads
 the IWAE-500 reports of the whole split) with ``infolm.evaluation.latent_report`` (IWAE-K bound with the
 N(0, I) prior, KL, MI, active units, BLEU-1 of greedy reconstructions, Kraskov entropy of the codes, MELBO,
@@ -36,6 +37,9 @@ from infolm.training.checkpoint import write_json_atomic
 from infolm.training.records import archive_run, is_record
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the repository root holds the protocols' package
+from experiments.reproduce.protocol import arms_of, load_protocol, runs_of  # noqa: E402
+
 RECORDS = ROOT / "experiments" / "records" / "smim-ptb-cpu"
 PAPER = "smim"  # experiments/protocols/smim.yaml
 
@@ -43,14 +47,21 @@ PAPER = "smim"  # experiments/protocols/smim.yaml
 def protocol_runs() -> tuple[list[str], list[int]]:
     """The arms (controls first, in the protocol's order) and the seeds the protocol's comparisons read
     from this driver's records."""
-    if str(ROOT) not in sys.path:  # run as a script: the repository root holds the ``experiments`` package
-        sys.path.insert(0, str(ROOT))
-    from experiments.reproduce.protocol import load_protocol, runs_of
-
     pairs = runs_of(load_protocol(PAPER), RECORDS.name)
     arms = list(dict.fromkeys(arm for arm, _ in pairs))
     seeds = sorted({seed for _, seed in pairs})
     return arms, seeds
+
+
+def train_args(name: str) -> list[str]:
+    """An arm's training config and overrides, as the protocol declares them; an arm ``BASE-zN`` not in the
+    protocol (the larger latents of Table 7) is BASE's with ``model.latent=N``."""
+    arms = arms_of(load_protocol(PAPER), RECORDS.name)
+    base, _, latent = name.rpartition("-z") if "-z" in name and name not in arms else (name, "", "")
+    arm = arms.get(base)
+    if arm is None or not arm.config or (latent and not latent.isdigit()):
+        raise SystemExit(f"{name}: not an arm of experiments/protocols/{PAPER}.yaml (known: {', '.join(arms)})")
+    return [arm.config, *arm.overrides, *([f"model.latent={latent}"] if latent else [])]
 
 
 def is_lm(run: Path) -> bool:
@@ -189,6 +200,7 @@ def main() -> None:
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the protocol's)")
     parser.add_argument("--arms", nargs="*", default=None, help="arms to score (default: the protocol's)")
     parser.add_argument("--list-arms", action="store_true", help="print the protocol's arms and exit")
+    parser.add_argument("--train-args", metavar="ARM", help="print the arm's config and overrides and exit")
     parser.add_argument("--samples", type=int, default=20, help="K of the IWAE bound")
     parser.add_argument("--sentences", type=int, default=1000, help="first N test sentences (0: all)")
     parser.add_argument(
@@ -203,6 +215,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.samples < 1 or args.sentences < 0:
         raise SystemExit(f"--samples must be at least 1 and --sentences 0 or more: {args.samples}, {args.sentences}")
+    if args.train_args:
+        print(" ".join(train_args(args.train_args)))
+        return
     arms, seeds = protocol_runs()
     if args.list_arms:
         print(" ".join(arms))

@@ -737,6 +737,20 @@ def test_smim_driver_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys
         module.main()
 
 
+def test_smim_driver_trains_each_arm_with_the_protocols_config() -> None:
+    """smim_ptb_cpu.sh trains each arm with the config and overrides the protocol declares; BASE-zN (the larger
+    latents of Table 7) is BASE's with model.latent=N; a name the protocol does not know is refused."""
+    module = experiment("smim_ptb_table2")
+    assert module.train_args("smim") == ["configs/ptb/smim-cpu.yaml"]
+    kl = module.train_args("svae-kl")
+    assert kl[0] == "configs/ptb/svae-cpu.yaml" and "objective.elbo.anneal=linear" in kl
+    assert module.train_args("ae-z128") == ["configs/ptb/ae-cpu.yaml", "model.latent=128"]
+    for arm, _ in module.runs_of(module.load_protocol("smim"), "smim-ptb-cpu"):
+        assert (ROOT / module.train_args(arm)[0]).is_file()
+    with pytest.raises(SystemExit, match="bogus: not an arm"):
+        module.train_args("bogus")
+
+
 def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, monkeypatch, capsys) -> None:
     """With ``--archive``, a run is kept as a record right after its report, before the next run is
     scored: a scoring queue cut short still leaves every report it finished."""
