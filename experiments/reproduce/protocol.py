@@ -35,12 +35,7 @@ class Arm:
     expect: str | None = None  # lower | higher: the paper's direction when it gives no number
     config: str | None = None  # the arm's training config, for the driver
     overrides: list[str] = field(default_factory=list)  # dotted overrides on top of config, for the driver
-    paths: dict[str, str] = field(default_factory=dict)  # metric name -> its path in this arm's records
-
-    def path(self, metric: Metric) -> str:
-        """Where this arm's records keep ``metric``: the metric's own path unless ``paths`` names another
-        (a language model's exact score beside the latent models' bound)."""
-        return self.paths.get(metric.name, metric.path)
+    paths: dict[str, str] = field(default_factory=dict)  # metric name -> this arm's own path (a within-run arm)
 
 
 @dataclass
@@ -95,9 +90,6 @@ def _arm(raw: Any, where: str) -> Arm:
     overrides = raw.get("overrides") or []
     if not isinstance(overrides, list):
         raise ProtocolError(f"{where}: overrides is a list of key=value strings")
-    paths = raw.get("paths") or {}
-    if not isinstance(paths, dict) or not all(isinstance(path, str) for path in paths.values()):
-        raise ProtocolError(f"{where}: paths is a mapping from metric name to a dotted path")
     return Arm(
         arm=arm,
         label=str(raw.get("label", arm)),
@@ -105,7 +97,7 @@ def _arm(raw: Any, where: str) -> Arm:
         expect=expect,
         config=raw.get("config"),
         overrides=[str(o) for o in overrides],
-        paths={str(name): path for name, path in paths.items()},
+        paths={str(k): str(v) for k, v in (raw.get("paths") or {}).items()},
     )
 
 
@@ -135,12 +127,6 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
     if not metrics:
         raise ProtocolError(f"{where}: at least one metric")
     control = _arm(raw["control"], f"{where} control") if raw.get("control") else None
-    arms = [_arm(a, f"{where} arms") for a in _need(raw, "arms", where)]
-    names = {metric.name for metric in metrics}
-    for arm in ([control] if control else []) + arms:
-        unknown = sorted(set(arm.paths) - names)
-        if unknown:
-            raise ProtocolError(f"{where} arm '{arm.arm}': paths names no metric: {', '.join(unknown)}")
     return Comparison(
         id=cid,
         title=str(raw.get("title", cid)),
@@ -149,7 +135,7 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
         records=str(_need(raw, "records", where)),
         seeds=[int(s) for s in _need(raw, "seeds", where)],
         metrics=metrics,
-        arms=arms,
+        arms=[_arm(a, f"{where} arms") for a in _need(raw, "arms", where)],
         control=control,
         headline=bool(raw.get("headline", False)),
         tolerance=None if raw.get("tolerance") is None else float(raw["tolerance"]),
