@@ -580,43 +580,53 @@ def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypat
     assert json.loads((tmp_path / "none-s1" / "train-summary.json").read_text())["early_stopped"] is True
 
 
-def test_smim_table_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys) -> None:
-    """A run found only as a record is tabled from its cached report (never loaded or scored); a record
-    without the report the settings ask for is refused with one line naming it."""
+def test_smim_driver_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A run found only as a record is taken from its cached report (never loaded or scored), an LM's by
+    its task; a record without the report the settings ask for is refused with one line naming it. The
+    arms are the protocol's unless named."""
     module = experiment("smim_ptb_table2")
     records = tmp_path / "records"
-    bounds = {"nll": 160.0, "ppl": 1300.0, "rate": 70.0, "mutual_information": 69.0, "active_units": 16}
-    bounds["nll_words"] = 158.0  # the same draws with <eos> left out
-    report = {
-        "bounds": bounds,
-        "reconstruction": {"bleu1": 0.34, "bleu1_authors": 0.37},
-        "latent_entropy": {"entropy": 4.1},
-        "melbo": {"nll": 101.0, "nll_words": 100.5},
-        "widened": {"-4": {"nll": 123.0, "nll_words": 121.0}},
-    }
-    # 10 sentences of 21 tokens, <eos> included: 200 words at 0.5 nats each are 10 nats per sentence
-    lm = {"sentence_nll": 107.0, "ppl": 132.0, "nll_without_eos": 0.5, "tokens": 210, "sentences": 10}
-    for name, file, payload in (
-        ("smim-s0", "report-test-iwae500-all.json", report),
-        ("sentence-lstm-s0", "report-test-all.json", {"values": lm}),
+    report = {"bounds": {"nll": 160.0}, "melbo": {"nll": 101.0}, "widened": {"-4": {"nll": 123.0}}}
+    lm = {"sentence_nll": 107.0, "ppl": 132.0}
+    for name, task, file, payload in (
+        ("smim-s0", "sentence-latent", "report-test-iwae500-all.json", report),
+        ("sentence-lstm-s0", "sentence-lm", "report-test-all.json", {"values": lm}),
     ):
         run = records / name
         run.mkdir(parents=True)
-        (run / "config.yaml").write_text("run:\n  seed: 0\n")
+        (run / "config.yaml").write_text(f"run:\n  seed: 0\ntask:\n  name: {task}\n")
         (run / "train-summary.json").write_text("{}")
         (run / "record.json").write_text("{}")
         (run / file).write_text(json.dumps(payload))
     argv = ["smim_ptb_table2.py", "--runs", str(tmp_path / "none"), "--records", str(records), "--samples", "500"]
-    monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "0", "--proposal-floors", "-4"])
+    monkeypatch.setattr(sys, "argv", [*argv, "--seeds", "0", "--sentences", "0", "--proposal-floors", "-4"])
     module.main()
-    rows = capsys.readouterr().out.splitlines()
-    smim = next(row for row in rows if row.startswith("| sMIM (A-MIM) |"))
-    assert "| 1 | 160.00 | 123.00 | 121.00 | 1300.00 |" in smim and "| 0.340 | 0.370 |" in smim
-    assert "| 101.00 | 100.50 |" in smim
-    assert any(row.startswith("| sentence LSTM LM | 1 | 107.00 | 107.00 | 10.00 | 132.00 |") for row in rows)
-    monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000"])
+    printed = capsys.readouterr().out.splitlines()
+    assert "smim-s0: report-test-iwae500-all.json (record)" in printed
+    assert "sentence-lstm-s0: report-test-all.json (record)" in printed
+    assert "svae-s0: not trained, not scored" in printed  # an arm of the protocol without a run
+    assert "2 runs with their reports (2 of them records); the page: python -m experiments.report smim" in printed
+    monkeypatch.setattr(sys, "argv", [*argv, "--list-arms"])
+    module.main()
+    listed = capsys.readouterr().out.split()
+    assert {"smim", "svae", "svae-kl", "ae", "sentence-lstm", "gru-lm"} == set(listed)
+    monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000", "--arms", "smim", "--seeds", "0"])
     with pytest.raises(SystemExit, match="smim-s0 is a record without report-test-iwae500-1000.json"):
         module.main()
+
+
+def test_smim_driver_trains_each_arm_with_the_protocols_config() -> None:
+    """smim_ptb_cpu.sh trains each arm with the config and overrides the protocol declares; BASE-zN (the larger
+    latents of Table 7) is BASE's with model.latent=N; a name the protocol does not know is refused."""
+    module = experiment("smim_ptb_table2")
+    assert module.train_args("smim") == ["configs/ptb/smim-cpu.yaml"]
+    kl = module.train_args("svae-kl")
+    assert kl[0] == "configs/ptb/svae-cpu.yaml" and "objective.elbo.anneal=linear" in kl
+    assert module.train_args("ae-z128") == ["configs/ptb/ae-cpu.yaml", "model.latent=128"]
+    for arm, _ in module.runs_of(module.load_protocol("smim"), "smim-ptb-cpu"):
+        assert (ROOT / module.train_args(arm)[0]).is_file()
+    with pytest.raises(SystemExit, match="bogus: not an arm"):
+        module.train_args("bogus")
 
 
 def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -647,7 +657,7 @@ def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, mo
     assert seen == [[], ["smim-s0"]]
     assert sorted(path.name for path in records.iterdir()) == ["smim-s0", "smim-s1"]
     assert (records / "smim-s1" / "report-test-iwae20-1000.json").is_file()
-    assert "| sMIM (A-MIM) | 2 |" in capsys.readouterr().out
+    assert "smim-s1: report-test-iwae20-1000.json (run)" in capsys.readouterr().out.splitlines()
 
 
 def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None:
