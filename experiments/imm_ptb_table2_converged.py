@@ -512,9 +512,7 @@ def cmd_park(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     parked = Path(args.parked)
-    drop_parked(parked, Path(args.records))
     seeds, arms, control = declared()
     if args.seeds is None:
         args.seeds = seeds
@@ -525,10 +523,6 @@ def cmd_train(args: argparse.Namespace) -> None:
         for arm in [arm for arm in arms if arm not in args.arms]:
             print(f"{arm}: the matched control of an arm asked for, trained too", file=sys.stderr)
         args.arms = arms
-    names = [f"{arm}-s{seed}" for seed in args.seeds for arm in ["baseline", *args.arms]]
-    unpark(parked, out, names)
-    start = time.time()
-    deadline = start + args.deadline_s if args.deadline_s else math.inf
     jobs: list[Job] = []
     for seed in args.seeds:
         if not args.from_cut_baselines:
@@ -538,11 +532,17 @@ def cmd_train(args: argparse.Namespace) -> None:
         for arm in args.arms:
             command = train_command(out, arm, seed, args.set, baseline)
             jobs.append(Job(f"{arm}-s{seed}", arm, seed, command, after=f"baseline-s{seed}"))
-    if args.dry_run:
+    if args.dry_run:  # nothing written, nothing laid out or dropped
         for job in jobs:
             done = "recorded" if finished(Path(args.records) / job.name) else "to train"
             print(f"{job.name} ({done}): {' '.join(job.command)}")
         return
+    out.mkdir(parents=True, exist_ok=True)
+    drop_parked(parked, Path(args.records))
+    names = [f"{arm}-s{seed}" for seed in args.seeds for arm in ["baseline", *args.arms]]
+    unpark(parked, out, names)
+    start = time.time()
+    deadline = start + args.deadline_s if args.deadline_s else math.inf
     machine = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
         import torch

@@ -991,3 +991,20 @@ def test_table2_driver_reads_its_arms_seeds_and_controls_from_the_protocol() -> 
     assert arms.index("none") < arms.index("noising") and arms.index("none-halve-reload") < arms.index(
         "imm-released-positions-8"
     )
+
+
+def test_table2_driver_dry_run_lists_the_protocol_runs_and_writes_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``train --dry-run`` prints each run the protocol asks for (an arm named brings its matched control),
+    whether it is recorded, and its command; it creates, lays out and drops nothing."""
+    module = experiment("imm_ptb_table2_converged")
+    out, parked = tmp_path / "out", tmp_path / "parked"
+    (parked / "none-s1").mkdir(parents=True)
+    argv = ["driver", "train", "--dry-run", "--out", str(out), "--parked", str(parked), "--records", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--arms", "imm-released-positions-8", "--seeds", "1"])
+    module.main()
+    printed = capsys.readouterr()
+    names = [line.split(" ", 1)[0] for line in printed.out.splitlines()]
+    assert names == ["baseline-s1", "none-halve-reload-s1", "imm-released-positions-8-s1"]
+    assert all("(to train)" in line for line in printed.out.splitlines())
+    assert "none-halve-reload: the matched control" in printed.err
+    assert not out.exists() and (parked / "none-s1").is_dir()
