@@ -97,7 +97,7 @@ def compare(default: Draws, arm: Draws) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", help="a trained run (or record with weights) of configs/ptb/imm-table2-cpu.yaml")
+    parser.add_argument("run", help="a trained run directory (with best weights) of configs/ptb/imm-table2-cpu.yaml")
     parser.add_argument(
         "--arm",
         nargs="+",

@@ -170,7 +170,7 @@ class Job:
 
 def train_command(out: Path, arm: str, seed: int, extra: list[str], baseline: Path | None = None) -> list[str]:
     """The ``infolm train`` command of ``arm``; a continuation starts from ``baseline`` (a run directory
-    or a record with weights; by default the seed's baseline under ``out``)."""
+    with best weights; by default the seed's baseline under ``out``)."""
     run = out / f"{arm}-s{seed}"
     if arm == "baseline":
         config, overrides = BASELINE, []
