@@ -8,8 +8,9 @@ dropout, weight averaging.
     OMP_NUM_THREADS=1 python experiments/melis_ptb_word.py converged [--arms ...] [--seeds ...]
                                      # LSTM vs Mogrifier (2TA) and LSTM with tail averaging, each to early
                                      # stopping; test ppl; dynamic eval / MC dropout / temperature on them
-    python experiments/melis_ptb_word.py report  # runs/melis-ptb-word/tables.md and docs/img/averaging.png,
-                                                 # docs/img/melis_converged.png
+    python experiments/melis_ptb_word.py report  # the short runs' tables: runs/melis-ptb-word/tables.md,
+                                                 # docs/img/averaging.png
+    python -m experiments.report melis           # the converged comparisons: docs/reproductions/melis.md
 
 Every run is an ``infolm train`` / ``infolm evaluate`` subprocess; the command line, wall time and JSON
 summary of each are kept in ``runs/melis-ptb-word/log.jsonl``, and a finished step is skipped when rerun.
@@ -19,8 +20,10 @@ summary of each are kept in ``runs/melis-ptb-word/log.jsonl``, and a finished st
 ``converged`` copies each run whose training, test and extras all ended (its config, log and summary,
 no checkpoint) with its steps' records into ``experiments/records/melis-ptb-word-converged/``, kept in
 the repository, as soon as its last step ends (``archive`` does it for every such run found);
-``report`` and ``converged`` read those records beside the local runs (a local run stands for a record
-of the same name), and ``converged`` does not run a recorded run's steps again.
+``converged`` reads those records beside the local runs (a local run stands for a record of the same
+name) and does not run a recorded run's steps again. Its arms, configs and seeds are the ones
+``experiments/protocols/melis.yaml`` compares; the page is generated from the records by
+``python -m experiments.report melis``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from infolm.errors import InfolmError
 from infolm.report import format_mean_std
 from infolm.training.records import RECORD, archive_run
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the protocols' package
+from experiments.reproduce.protocol import arms_of, load_protocol, runs_of  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "runs" / "melis-ptb-word"
 LOG = OUT / "log.jsonl"
@@ -56,12 +62,19 @@ AVERAGING = {  # averager -> config (same seed, so the raw trajectory is the sam
     "tail": "configs/ptb/melis-small-lstm-tail.yaml",
     "ema": "configs/ptb/melis-small-lstm-ema.yaml",
 }
-CONVERGED = {  # arm -> config: trained to early stopping (configs/ptb/melis-converged-*.yaml state the scale)
-    "lstm": "configs/ptb/melis-converged-lstm.yaml",
-    "mogrifier": "configs/ptb/melis-converged-mogrifier.yaml",
-    "lstm-tail": "configs/ptb/melis-converged-lstm-tail.yaml",
-}
-CONVERGED_EXTRAS = ("lstm", "mogrifier")  # the converged models dynamic evaluation and MC dropout are applied to
+PROTOCOL = load_protocol("melis")  # the converged arms, their configs and seeds: experiments/protocols/melis.yaml
+CONVERGED = {name: arm.config or "" for name, arm in arms_of(PROTOCOL, RECORDS.name).items()}
+CONVERGED_SEEDS = sorted({seed for _, seed in runs_of(PROTOCOL, RECORDS.name)})
+CONVERGED_EXTRAS = tuple(  # the arms whose compared metrics read dynamic evaluation / MC dropout
+    sorted(
+        {
+            arm.arm
+            for comparison in PROTOCOL.comparisons
+            if any(metric.path.startswith("log.extras.") for metric in comparison.metrics)
+            for arm in ([comparison.control] if comparison.control else []) + comparison.arms
+        }
+    )
+)
 CONVERGED_EXTRAS_ARGS = [
     "--dynamic",
     "--dynamic-ms-tokens",
@@ -171,7 +184,13 @@ def converged_jobs(arms: list[str], seeds: list[int]) -> list[tuple[str, list[st
         for arm in arms:
             run = f"converged/{arm}-s{seed}"
             directory = f"runs/melis-ptb-word/{run}"
-            train = [CONVERGED[arm], f"run.dir={directory}", f"run.seed={seed}", "--json"]
+            train = [
+                CONVERGED[arm],
+                *arms_of(PROTOCOL)[arm].overrides,
+                f"run.dir={directory}",
+                f"run.seed={seed}",
+                "--json",
+            ]
             jobs.append((f"train/{run}", ["infolm", "train", *train]))
             jobs.append((f"test/{run}", ["infolm", "evaluate", directory, "--split", "test", "--json"]))
             if arm in CONVERGED_EXTRAS:
@@ -396,13 +415,6 @@ def extras_table(done: dict[str, dict[str, Any]]) -> str:
     return "```json\n" + json.dumps(record["result"], indent=1) + "\n```"
 
 
-def converged_seeds() -> list[int]:
-    """Seeds of the converged runs present (``converged --seeds`` may have trained others than SEEDS)."""
-    folders = [*(OUT / "converged").glob("*-s*"), *RECORDS.glob("*-s*")]
-    found = {int(path.name.rsplit("-s", 1)[1]) for path in folders if path.is_dir() and not path.name.startswith(".")}
-    return sorted(found)
-
-
 def archive_converged(run: Path) -> None:
     """Archive the local converged run ``run`` if its steps all ended (training, test, and the extras
     where the arm has them), with the log's records of those steps; else leave it out, saying why."""
@@ -425,194 +437,6 @@ def cmd_archive(_: argparse.Namespace) -> None:
     step ends; this catches up)."""
     for run in sorted(path for path in (OUT / "converged").glob("*-s*") if path.is_dir()):
         archive_converged(run)
-
-
-def converged_table(done: dict[str, dict[str, Any]]) -> str:
-    """Each arm at early stopping (mean ± sd over seeds): epochs, validation and test perplexity of the
-    evaluated weights, the raw weights' best validation perplexity (2TA runs log it as ``loss_raw``), the
-    wall time per epoch; then the extras on the converged LSTM and Mogrifier."""
-    rows = [
-        "| arm | params | seeds (ended by early stopping) | epochs | best epoch | valid ppl (best) | test ppl | "
-        "raw weights, best valid ppl (valid only) | per-seed test | train wall s per epoch |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
-    ]
-    for arm in CONVERGED:
-        valid, test, raw, epochs, best_epoch, per_epoch, params = [], [], [], [], [], [], None
-        stopped = 0
-        for seed in converged_seeds():
-            run = f"converged/{arm}-s{seed}"
-            train = done.get(f"train/{run}")
-            if train is None:
-                continue
-            evals = _evals(run)
-            valid.append(math.exp(train["result"]["best_valid_loss"]))
-            params = train["result"]["parameters"]
-            stopped += bool(train["result"].get("early_stopped"))
-            epochs.append(float(len(evals)))
-            losses = [r["loss"] for r in evals if r.get("loss") is not None]  # not finite: logged as null
-            if losses:
-                best_epoch.append(float(losses.index(min(losses)) + 1))
-            per_epoch.append(train["result"]["elapsed"] / max(len(evals), 1))
-            raws = [r["loss_raw"] for r in evals if "loss_raw" in r]
-            if raws:
-                raw.append(math.exp(min(raws)))
-            tested = done.get(f"test/{run}")
-            if tested is not None:
-                test.append(tested["result"]["ppl"])
-        rows.append(
-            f"| {arm} | {params or '—'} | {len(valid)} ({stopped}) | {_mean_std(epochs)} | {_mean_std(best_epoch)} | "
-            f"{_mean_std(valid)} | {_mean_std(test)} | {_mean_std(raw)} | {', '.join(f'{v:.1f}' for v in test)} | "
-            f"{_mean_std(per_epoch)} |"
-        )
-    rows += [
-        "",
-        "| converged model | seed | static test ppl | temperature (T) | MC dropout | "
-        "dynamic evaluation (lr, decay, eps) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for arm in CONVERGED_EXTRAS:
-        changes: dict[str, list[float]] = {"temperature": [], "mc_dropout": [], "dynamic": []}
-        for seed in converged_seeds():
-            record = done.get(f"extras/converged/{arm}-s{seed}")
-            if record is None:
-                continue
-            static, cells, change = _extras_cells(record["result"])
-            for name, value in change.items():
-                if not math.isnan(value):
-                    changes[name].append(value)
-            rows.append(f"| {arm} | {seed} | {math.exp(static):.1f} | " + " | ".join(cells) + " |")
-        if any(changes.values()):
-            mean = " | ".join(f"{_mean_std(v)}%" for v in changes.values())
-            rows.append(f"| {arm}: change, mean ± sd | — | — | {mean} |")
-    return "\n".join(rows)
-
-
-def tail_curves(done: dict[str, dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Seed -> the validation losses by evaluation of the raw weights (the 2TA run's ``loss_raw``), 2TA and
-    the tail-averaging run, for each seed where both LSTM runs ended; ``None`` where their evaluations do
-    not pair. Also each run's key, and the tail run's ``started_at`` (the step; -1 before it starts)."""
-    pairs: dict[int, dict[str, Any]] = {}
-    for seed in converged_seeds():
-        runs = {"2ta": f"converged/lstm-s{seed}", "tail": f"converged/lstm-tail-s{seed}"}
-        if any(f"train/{run}" not in done for run in runs.values()):
-            continue
-        two, tail = _evals(runs["2ta"]), _evals(runs["tail"])
-        if not two or len(two) != len(tail) or any("loss_raw" not in r for r in two):
-            pairs[seed] = {"runs": runs, "curves": None}
-            continue
-        curves = {
-            "raw": [r["loss_raw"] for r in two],
-            "2ta": [r["loss"] for r in two],
-            "tail": [r["loss"] for r in tail],
-        }
-        started = [r["started_at"] for r in tail if r.get("started_at", -1) >= 0]
-        pairs[seed] = {"runs": runs, "curves": curves, "started": started[0] if started else None}
-    return pairs
-
-
-def tail_table(done: dict[str, dict[str, Any]]) -> str:
-    """Two-Tailed Averaging against the raw weights and tail averaging (thesis Fig. 3.3, Sec. 3.6), seed by seed
-    where both LSTM runs of a seed ended (``tail_curves``): validation perplexity at epochs 10 / 20 / 30 and at
-    the last, test perplexity, nats below the raw weights at the last epoch, and at how many evaluations 2TA is
-    below the tail run."""
-    rows = [
-        "| seed | valid ppl at epoch 10 / 20 / 30: raw / 2TA / tail | last epoch | "
-        "valid ppl at the last: raw / 2TA / tail | test ppl: 2TA / tail | nats below raw at the last: 2TA / tail | "
-        "evaluations with 2TA below tail | tail started at step |",
-        "| ---: | --- | ---: | --- | --- | --- | --- | ---: |",
-    ]
-    gains: dict[str, list[float]] = {"2ta": [], "tail": []}
-    finals: dict[str, list[float]] = {"raw": [], "2ta": [], "tail": []}
-    tests: dict[str, list[float]] = {"2ta": [], "tail": []}
-    for seed, pair in tail_curves(done).items():
-        runs, curves = pair["runs"], pair["curves"]
-        if curves is None:
-            rows.append(f"| {seed} | (the two runs' evaluations do not pair) | | | | | | |")
-            continue
-        count = len(curves["2ta"])
-        at = " ; ".join(
-            " / ".join(f"{math.exp(curves[name][epoch - 1]):.2f}" for name in ("raw", "2ta", "tail"))
-            for epoch in (10, 20, 30)
-            if epoch <= count
-        )
-        for name in finals:
-            finals[name].append(math.exp(curves[name][-1]))
-        for name in gains:
-            gains[name].append(curves["raw"][-1] - curves[name][-1])
-        tested = {name: done.get(f"test/{run}") for name, run in runs.items()}
-        for name, record in tested.items():
-            if record is not None:
-                tests[name].append(record["result"]["ppl"])
-        test_cells = " / ".join(f"{r['result']['ppl']:.2f}" if r else "—" for r in tested.values())
-        below = sum(a < b for a, b in zip(curves["2ta"], curves["tail"], strict=True))
-        rows.append(
-            f"| {seed} | {at} | {count} | "
-            + " / ".join(f"{math.exp(curves[name][-1]):.2f}" for name in ("raw", "2ta", "tail"))
-            + f" | {test_cells} | {gains['2ta'][-1]:.4f} / {gains['tail'][-1]:.4f} | {below} of {count} | "
-            + (f"{pair['started']:.0f}" if pair["started"] is not None else "never")
-            + " |"
-        )
-    if len(gains["2ta"]) > 1:
-        rows.append(
-            "| mean ± sd | — | — | "
-            + " / ".join(format_mean_std(finals[name], digits=2, empty="—") for name in ("raw", "2ta", "tail"))
-            + " | "
-            + " / ".join(format_mean_std(tests[name], digits=2, empty="—") for name in ("2ta", "tail"))
-            + " | "
-            + " / ".join(format_mean_std(gains[name], digits=4, empty="—") for name in ("2ta", "tail"))
-            + " | — | — |"
-        )
-    return "\n".join(rows)
-
-
-def converged_plot(path: Path, done: dict[str, dict[str, Any]]) -> None:
-    """Validation perplexity by epoch of every converged run whose training ended (``done`` holds its
-    step; a run still training is left out of the figure as of the table); 2TA runs: the raw weights dotted."""
-    from infolm.evaluation.plots import new_figure, save_figure
-
-    fig, (axis,) = new_figure()
-    colors = {"lstm": "tab:blue", "mogrifier": "tab:red", "lstm-tail": "tab:orange"}
-    labels = {"lstm": "LSTM, 2TA", "mogrifier": "Mogrifier, 2TA", "lstm-tail": "LSTM, tail averaging"}
-    for arm, color in colors.items():
-        label = labels[arm]
-        ended = [seed for seed in converged_seeds() if f"train/converged/{arm}-s{seed}" in done]
-        runs = [evals for evals in (_evals(f"converged/{arm}-s{seed}") for seed in ended) if evals]
-        for index, evals in enumerate(runs):
-            epochs = range(1, len(evals) + 1)
-            curve = [math.exp(r["loss"]) if r.get("loss") is not None else math.nan for r in evals]
-            axis.plot(epochs, curve, color=color, label=label if index == 0 else None)
-            if any("loss_raw" in r for r in evals):
-                raw = [math.exp(r.get("loss_raw", math.nan)) for r in evals]
-                axis.plot(
-                    epochs, raw, color=color, linestyle=":", label=f"{label.split(',')[0]}, raw" if index == 0 else None
-                )
-    axis.set_xlabel("epoch")
-    axis.set_ylabel("validation perplexity")
-    axis.set_yscale("log")
-    axis.legend()
-    axis.set_title("PTB, Melis models of ~1.59M parameters,\nto early stopping or 40 epochs")
-    save_figure(fig, path)
-
-
-def tail_plot(path: Path, done: dict[str, dict[str, Any]]) -> None:
-    """Thesis Fig. 3.3 at this scale: by epoch, how far 2TA and the tail average are below the raw weights
-    (validation nats, raw minus averaged), one line per seed where both LSTM runs ended."""
-    from infolm.evaluation.plots import new_figure, save_figure
-
-    fig, (axis,) = new_figure()
-    pairs = [pair for pair in tail_curves(done).values() if pair["curves"] is not None]
-    for index, pair in enumerate(pairs):
-        curves = pair["curves"]
-        epochs = range(1, len(curves["raw"]) + 1)
-        for name, color, label in (("2ta", "tab:blue", "2TA"), ("tail", "tab:orange", "tail averaging")):
-            gain = [raw - loss for raw, loss in zip(curves["raw"], curves[name], strict=True)]
-            axis.plot(epochs, gain, color=color, label=label if index == 0 else None)
-    axis.axhline(0.0, color="grey", linewidth=0.8)
-    axis.set_xlabel("epoch")
-    axis.set_ylabel("validation loss below the raw weights (nats)")
-    axis.legend()
-    axis.set_title(f"PTB, LSTM of ~1.59M parameters, {len(pairs)} seeds:\nthe averages against the raw weights")
-    save_figure(fig, path)
 
 
 def averaging_plot(path: Path) -> None:
@@ -650,20 +474,16 @@ def cmd_report(_: argparse.Namespace) -> None:
             f"## equal CPU budget ({BUDGET_S:.0f} s of training per run)\n\n" + budget_table(done),
             "## equal-budget LSTM: temperature, MC dropout, dynamic evaluation (test)\n\n" + budget_extras_table(done),
             "## averaging\n\n" + averaging_table(done),
-            "## at convergence (early stopping)\n\n" + converged_table(done),
-            "## averaging at convergence: raw weights, 2TA and tail averaging (LSTM)\n\n" + tail_table(done),
             f"## dynamic evaluation, MC dropout, temperature ({EXTRAS_RUN})\n\n" + extras_table(done),
             f"total wall time of all steps: {total:.0f} s",
         ]
     )
+    OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "tables.md").write_text(text + "\n")
     if _evals("avg-2ta"):  # the averaging runs are not records: on a machine without them, keep the PNG
         averaging_plot(ROOT / "docs" / "img" / "averaging.png")
-    if any(key.startswith("train/converged/") for key in done):
-        converged_plot(ROOT / "docs" / "img" / "melis_converged.png", done)
-    if any(pair["curves"] is not None for pair in tail_curves(done).values()):
-        tail_plot(ROOT / "docs" / "img" / "melis_converged_averaging.png", done)
     print(text)
+    print("\nthe converged comparisons: python -m experiments.report melis (docs/reproductions/melis.md)")
 
 
 def main() -> None:
@@ -680,7 +500,7 @@ def main() -> None:
         sub.add_parser(name).set_defaults(func=func)
     p = sub.add_parser("converged", help="train to early stopping, then test and the extras")
     p.add_argument("--arms", nargs="+", default=list(CONVERGED), choices=list(CONVERGED))
-    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    p.add_argument("--seeds", type=int, nargs="+", default=CONVERGED_SEEDS)
     p.set_defaults(func=cmd_converged)
     args = parser.parse_args()
     args.func(args)

@@ -119,3 +119,27 @@ def test_mean_curve_stops_the_full_mean_where_a_seed_ends() -> None:
     assert full == [(1.0, 11.0), (2.0, 9.0)]
     assert fewer == [(3.0, 7.0)]
     assert mean_curve([record("a-s0", []), record("a-s1", [5.0])], "ppl") == ([(1.0, 5.0)], [])
+
+
+def test_two_arms_of_one_run_pair_within_it(tmp_path: Path) -> None:
+    from experiments.reproduce.protocol import Arm, Comparison, Metric
+    from experiments.reproduce.render import evaluate
+
+    for seed, (static, dynamic) in enumerate([(4.6, 4.4), (4.7, 4.45), (4.65, 4.5)]):
+        folder = tmp_path / "runs" / f"lm-s{seed}"
+        folder.mkdir(parents=True)
+        (folder / "eval-test.json").write_text(json.dumps({"nll": static, "dynamic": {"nll": dynamic}}))
+    comparison = Comparison(
+        id="c",
+        title="t",
+        claim="c",
+        protocol="p",
+        records="runs",
+        seeds=[0, 1, 2],
+        metrics=[Metric(name="nll", path="eval-test.nll")],
+        control=Arm(arm="lm", label="static"),
+        arms=[Arm(arm="lm", label="dynamic", paths={"nll": "eval-test.dynamic.nll"})],
+    )
+    result = evaluate(comparison, tmp_path)
+    assert result.arms[0].paired["nll"].diffs == pytest.approx([-0.2, -0.25, -0.15])
+    assert result.arms[0].verdict == stats.REPRODUCED

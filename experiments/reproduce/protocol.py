@@ -33,6 +33,9 @@ class Arm:
     label: str
     paper: dict[str, Any] = field(default_factory=dict)  # metric name -> the paper's number (or text)
     expect: str | None = None  # lower | higher: the paper's direction when it gives no number
+    config: str | None = None  # the arm's training config, for the driver
+    overrides: list[str] = field(default_factory=list)  # dotted overrides on top of config, for the driver
+    paths: dict[str, str] = field(default_factory=dict)  # metric name -> this arm's own path (a within-run arm)
 
 
 @dataclass
@@ -84,7 +87,18 @@ def _arm(raw: Any, where: str) -> Arm:
     if not isinstance(paper, dict):
         raise ProtocolError(f"{where}: paper is a mapping from metric name to the paper's number")
     arm = str(_need(raw, "arm", where))
-    return Arm(arm=arm, label=str(raw.get("label", arm)), paper=dict(paper), expect=expect)
+    overrides = raw.get("overrides") or []
+    if not isinstance(overrides, list):
+        raise ProtocolError(f"{where}: overrides is a list of key=value strings")
+    return Arm(
+        arm=arm,
+        label=str(raw.get("label", arm)),
+        paper=dict(paper),
+        expect=expect,
+        config=raw.get("config"),
+        overrides=[str(o) for o in overrides],
+        paths={str(k): str(v) for k, v in (raw.get("paths") or {}).items()},
+    )
 
 
 def _metric(raw: Any, where: str) -> Metric:
@@ -169,6 +183,17 @@ def load_protocol(paper: str, folder: Path = PROTOCOLS) -> Page:
     if paper not in pages:
         raise ProtocolError(f"no protocol for '{paper}' (known: {', '.join(sorted(pages)) or 'none'})")
     return pages[paper]
+
+
+def arms_of(page: Page, records: str | None = None) -> dict[str, Arm]:
+    """Every arm a page reads (controls included), by name, optionally of one record folder; for drivers."""
+    found: dict[str, Arm] = {}
+    for comparison in page.comparisons:
+        if records is None or comparison.records == records:
+            for arm in ([comparison.control] if comparison.control else []) + comparison.arms:
+                if arm.arm not in found or (found[arm.arm].config is None and arm.config is not None):
+                    found[arm.arm] = arm
+    return found
 
 
 def runs_of(page: Page, records: str | None = None) -> list[tuple[str, int]]:

@@ -30,8 +30,10 @@ class ComparisonResult:
     arms: list[ArmResult]
 
 
-def _value(record: Record, metric: Metric) -> float | None:
-    return stats.transform(record.get(metric.path), metric.transform)
+def _value(record: Record, metric: Metric, arm: Arm | None = None) -> float | None:
+    """The metric of one record, read at the arm's own path where it has one (two arms of one run)."""
+    path = arm.paths.get(metric.name, metric.path) if arm is not None else metric.path
+    return stats.transform(record.get(path), metric.transform)
 
 
 def _collect(comparison: Comparison, arm: Arm, records: dict[str, Record]) -> ArmResult:
@@ -42,7 +44,7 @@ def _collect(comparison: Comparison, arm: Arm, records: dict[str, Record]) -> Ar
             continue
         result.records.append(record)
         for metric in comparison.metrics:
-            value = _value(record, metric)
+            value = _value(record, metric, arm)
             if value is not None:
                 result.values.setdefault(metric.name, {})[seed] = value
     return result
@@ -212,7 +214,8 @@ def _runs(result: ComparisonResult) -> list[str]:
     ]
     for arm in rows:
         for record in arm.records:
-            values = [_num(_value(record, m), m.digits) for m in result.comparison.metrics]
+            name = record.name if not arm.arm.paths else f"{record.name} ({arm.arm.label})"
+            values = [_num(_value(record, m, arm.arm), m.digits) for m in result.comparison.metrics]
             job = record.jobs[0] if record.jobs else None
             wall = sum(j.wall_s for j in record.jobs if j.wall_s) / 3600 if record.jobs else None
             command = f"`{job.command}`" if job and job.command else "not recorded"
@@ -220,7 +223,7 @@ def _runs(result: ComparisonResult) -> list[str]:
             lines.append(
                 _row(
                     [
-                        record.name,
+                        name,
                         *values,
                         str(record.last_epoch) if record.last_epoch is not None else "—",
                         command.replace("|", "\\|"),
