@@ -3,10 +3,10 @@
 The paper's protocol: a baseline LSTM trained to convergence, then continued from that checkpoint
 with each objective of Table 2, each again to convergence; valid and test perplexity, and the test
 perplexity of each model's induced bigram (Table 1). Which arms, seeds and matched controls make the
-comparisons is declared once, in ``experiments/protocols/imm.yaml``: ``train`` trains those by default
-(an arm named with ``--arms`` also brings its matched control), and the page
-``docs/reproductions/imm.md`` is generated from the records by ``python -m experiments.report imm``.
-Per seed, the arms this driver can train:
+comparisons, and each arm's config and overrides, is declared once, in ``experiments/protocols/imm.yaml``:
+``train`` trains those by default (an arm named with ``--arms`` also brings its matched control), and
+the page ``docs/reproductions/imm.md`` is generated from the records by ``python -m experiments.report
+imm``. Per seed, the arms this driver can train (the protocol's, then the exploratory ones kept here):
 
 * ``baseline``         ``configs/ptb/imm-table2-cpu.yaml`` to early stopping;
 * ``none``             ``configs/ptb/imm-table2-cpu-continue.yaml`` from the baseline's best weights (MLE);
@@ -79,21 +79,23 @@ from infolm.training.records import RECORD, archive_run, park_run, sha256_file, 
 from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the protocols' package
+from experiments.reproduce.protocol import Arm, arms_of, load_protocol  # noqa: E402
+
 RECORDS = ROOT / "experiments" / "records" / "imm-ptb-table2-converged"  # ended runs, kept in the repository
 PARKED = ROOT / "experiments" / "parked" / "imm-ptb-table2-converged"  # runs between machines, not yet ended
-BASELINE = "configs/ptb/imm-table2-cpu.yaml"
-CONTINUE = "configs/ptb/imm-table2-cpu-continue.yaml"
+PAPER = "imm"  # experiments/protocols/imm.yaml: the comparisons this driver's records make, and their arms
+# The arms of the protocol: each one's config and overrides, declared with the comparisons it is in
+DECLARED: dict[str, Arm] = arms_of(load_protocol(PAPER), RECORDS.name)
+BASELINE = DECLARED["baseline"].config or "configs/ptb/imm-table2-cpu.yaml"
+CONTINUE = DECLARED["none"].config or "configs/ptb/imm-table2-cpu-continue.yaml"
 IMM = "objective.imm={weight: 0.2, k: 10, j: 5, restricted_order: 2, sample_chunk: 10}"
 # x0.5 and reload the best weights at every evaluation without improvement, no early stopping: the run
 # ends at the config's 20 epochs (the released code: at its 20th decay or 400 epochs)
 RELEASED_SCHEDULE = ["optim.decay=0.5", "optim.plateau_restore_best=true", "train.early_stopping=0"]
-ARMS: dict[str, list[str]] = {
-    "none": [],
-    # "~objective.mle": an override merges into the config's objective section, so without it MLE
-    # would run beside noising (on the noised batch: the loss counted twice)
-    "noising": ["~objective.mle", "objective={noising: {weight: 1.0, gamma0: 0.2, mode: bigram-kn}}"],
-    "imm": [IMM],
-    "imm-positions-8": [IMM, "objective.imm.positions_per_batch=8"],
+# Arms beyond the protocol's, kept for the readings of docs/notebook/imm.md (not on the page)
+EXPLORATORY: dict[str, list[str]] = {
+    "imm": [IMM],  # the faithful default: fresh samples at every position (GPU only: ~17 MLE steps a step on a CPU)
     # Not the paper's clip: 8 drawn positions with ∇IMM unclipped. The paper's clip (0.25) acts on every
     # 1-sample step of 8 positions (‖∇IMM‖ ~0.8) and shrinks their mean step to about a third of the
     # every-position default's, which it barely clips (experiments/imm_positions_clip_bias.py); unclipped,
@@ -104,37 +106,28 @@ ARMS: dict[str, list[str]] = {
     # from 20) instead of the reset to 10, which lifted IMM's validation perplexity from 99 to 113.
     "none-lr5": ["optim.lr=5.0"],
     "imm-positions-8-lr5": [IMM, "objective.imm.positions_per_batch=8", "optim.lr=5.0"],
-    # The authors' released code's schedule after IMM starts (the configs' own: x0.25, no reload,
-    # early stopping after 2 evaluations without improvement).
-    "none-halve-reload": [*RELEASED_SCHEDULE],
+    # The authors' released code's schedule with the 8-position IMM of the paper's Eq. 15
     "imm-positions-8-halve-reload": [IMM, "objective.imm.positions_per_batch=8", *RELEASED_SCHEDULE],
-    # and the released code's 1-sample steps (the position's own prediction against a KN-smoothed one-hot)
-    "imm-released-positions-8": [
-        IMM,
-        "objective.imm.positions_per_batch=8",
-        "objective.imm.one_sample=released",
-        *RELEASED_SCHEDULE,
-    ],
 }
-PAPER = "imm"  # experiments/protocols/imm.yaml: the comparisons this driver's records make
+# every continuation this driver trains: the protocol's, then the exploratory ones
+ARMS: dict[str, list[str]] = {
+    **{name: list(arm.overrides) for name, arm in DECLARED.items() if name != "baseline"},
+    **EXPLORATORY,
+}
 
 
 def declared() -> tuple[list[int], list[str], dict[str, str]]:
     """What ``experiments/protocols/imm.yaml`` declares for this driver's records: the seeds, the arms
     other than ``baseline`` (each comparison's control first) and each arm's matched control."""
-    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
-        sys.path.insert(0, str(ROOT))
-    from experiments.reproduce.protocol import load_protocol, runs_of
+    from experiments.reproduce.protocol import runs_of
 
     page = load_protocol(PAPER)
     runs = runs_of(page, RECORDS.name)
     seeds = sorted({seed for _, seed in runs})
     arms = list(dict.fromkeys(arm for arm, _ in runs if arm != "baseline"))
-    unknown = [arm for arm in arms if arm not in ARMS]
-    if unknown:
-        raise SystemExit(
-            f"experiments/protocols/{PAPER}.yaml names arms this driver cannot train: {', '.join(unknown)}"
-        )
+    unset = [name for name, arm in DECLARED.items() if not arm.config]
+    if unset:
+        raise SystemExit(f"experiments/protocols/{PAPER}.yaml: no config for the arms {', '.join(unset)}")
     control = {
         arm.arm: comparison.control.arm
         for comparison in page.comparisons
@@ -172,10 +165,12 @@ def train_command(out: Path, arm: str, seed: int, extra: list[str], baseline: Pa
     """The ``infolm train`` command of ``arm``; a continuation starts from ``baseline`` (a run directory
     with best weights; by default the seed's baseline under ``out``)."""
     run = out / f"{arm}-s{seed}"
+    declared_config = DECLARED[arm].config if arm in DECLARED else None
     if arm == "baseline":
         config, overrides = BASELINE, []
     else:
-        config, overrides = CONTINUE, [f"run.init_from={baseline or out / f'baseline-s{seed}'}", *ARMS[arm]]
+        start = f"run.init_from={baseline or out / f'baseline-s{seed}'}"
+        config, overrides = declared_config or CONTINUE, [start, *ARMS[arm]]
     return [
         sys.executable,
         "-m",
