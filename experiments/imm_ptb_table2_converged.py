@@ -128,12 +128,11 @@ def declared() -> tuple[list[int], list[str], dict[str, str]]:
     unset = [name for name, arm in DECLARED.items() if not arm.config]
     if unset:
         raise SystemExit(f"experiments/protocols/{PAPER}.yaml: no config for the arms {', '.join(unset)}")
-    control = {
-        arm.arm: comparison.control.arm
-        for comparison in page.comparisons
-        if comparison.records == RECORDS.name and comparison.control is not None
-        for arm in comparison.arms
-    }
+    control: dict[str, str] = {}
+    for comparison in page.comparisons:  # a control read on its own path of the same run (paths) trains nothing
+        if comparison.records == RECORDS.name and comparison.control is not None and not comparison.control.paths:
+            for arm in comparison.arms:
+                control.setdefault(arm.arm, comparison.control.arm)
     return seeds, arms, control
 
 
