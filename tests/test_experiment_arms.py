@@ -661,16 +661,18 @@ def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, mo
 
 
 def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None:
-    """An ended, scored run archived as a record rebuilds the same table row without its run directory;
-    ``train`` does not train a recorded run again, and skips (saying why) a continuation whose baseline is
-    only a record: there are no weights to continue from."""
+    """An ended, scored run is archived as a record with its scores and no weights; ``train`` does not
+    train a recorded run again, and skips (saying why) a continuation whose baseline is only a record:
+    there are no weights to continue from, until ``--retrain-baselines`` trains the baseline again."""
     import argparse
 
     module = experiment("imm_ptb_table2_converged")
     out, records = tmp_path / "out", tmp_path / "records"
     for name, ppl in (("baseline-s0", 92.0), ("none-s0", 89.0), ("noising-s1", 88.0)):
         run = out / name
-        run.mkdir(parents=True)
+        (run / "checkpoints" / "best").mkdir(parents=True)
+        (run / "checkpoints" / "best" / "model.safetensors").write_bytes(name.encode())
+        (run / "vocab.json").write_text('["<unk>"]')
         log = [{"step": 1, "epoch": 0, "split": "valid", "loss": math.log(ppl)}, {"step": 2, "elapsed": 30.0}]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
         (run / "config.yaml").write_text("train:\n  epochs: 20\n")
@@ -680,12 +682,15 @@ def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None
             (run / "eval-test.json").write_text(json.dumps({"ppl": ppl - 3}))
     module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(tmp_path / "parked")))
     assert sorted(path.name for path in records.iterdir()) == ["baseline-s0", "none-s0"]
-    module.cmd_table(argparse.Namespace(out=str(out), records=[], png=""))
-    live = capsys.readouterr().out
-    module.cmd_table(argparse.Namespace(out=str(tmp_path / "gone"), records=[str(records)], png=""))
-    from_records = capsys.readouterr().out
-    row = next(line for line in live.splitlines() if line.startswith("| none |"))
-    assert row in from_records.splitlines() and "| 89.00 | 86.00 |" in row
+    assert json.loads((records / "none-s0" / "eval-test.json").read_text()) == {"ppl": 86.0}
+    kept = sorted(str(path.relative_to(records)) for path in records.rglob("*") if path.is_file())
+    assert not any("checkpoints" in name or name.endswith(("vocab.json", ".safetensors")) for name in kept)
+    baseline = json.loads((records / "baseline-s0" / "record.json").read_text())
+    assert "weights" not in baseline
+    assert baseline["best_weights_sha256"] == module.sha256_file(
+        out / "baseline-s0" / "checkpoints" / "best" / "model.safetensors"
+    )
+    assert module.weights_sha256(records / "baseline-s0") == baseline["best_weights_sha256"]
 
     def job(name: str, after: str | None = None) -> object:
         code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
@@ -702,45 +707,28 @@ def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None
     assert trained == ["baseline-s0", "noising-s0"]  # the baseline again, then what continues it; none is a record
 
 
-def test_imm_driver_continues_from_a_baseline_record_that_kept_its_weights(tmp_path: Path) -> None:
-    """``archive`` keeps a baseline's best weights (and only a baseline's): a seed whose baseline is only
-    such a record has its continuations started from the record, on a machine that never trained it."""
+def test_imm_driver_continues_from_the_baseline_it_trains_beside(tmp_path: Path) -> None:
+    """Records keep no weights, so a seed's continuations start from its baseline under ``--out``, also
+    when the baseline is a record; the matched control of an arm asked for is trained with it."""
     module = experiment("imm_ptb_table2_converged")
-    out, records = tmp_path / "out", tmp_path / "records"
-    for name in ("baseline-s0", "none-s0"):
-        run = out / name
-        (run / "checkpoints" / "best").mkdir(parents=True)
-        (run / "checkpoints" / "best" / "model.safetensors").write_bytes(name.encode())
-        (run / "vocab.json").write_text('["<unk>"]')
-        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "split": "valid", "loss": 4.5}) + "\n")
-        (run / "train-summary.json").write_text(json.dumps({"epoch": 3, "early_stopped": True}))
-        for split in ("valid", "test"):
-            (run / f"eval-{split}.json").write_text(json.dumps({"ppl": 90.0}))
-    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(tmp_path / "parked")))
-    assert (records / "baseline-s0" / "checkpoints" / "best" / "model.safetensors").read_bytes() == b"baseline-s0"
-    assert not (records / "none-s0" / "checkpoints").exists()
     new = tmp_path / "new"
-    new.mkdir()
-    assert module.continued_from(new, records, 0) == records / "baseline-s0"
-    assert module.continued_from(new, records, 1) == new / "baseline-s1"  # no record: the run to be trained
-    command = module.train_command(new, "noising", 0, [], module.continued_from(new, records, 0))
-    assert f"run.init_from={records / 'baseline-s0'}" in command
-
-    def job(name: str, after: str | None = None) -> object:
-        code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
-        arm = name.rsplit("-s", 1)[0]
-        return module.Job(name, arm, 0, [sys.executable, "-c", code, str(new / name)], after=after)
-
-    jobs = [job("baseline-s0"), job("none-s0", "baseline-s0"), job("noising-s0", "baseline-s0")]
-    module.run_jobs(jobs, 1, math.inf, new, tmp_path / "jobs.jsonl", records=records)
-    assert sorted(path.name for path in new.iterdir() if path.is_dir()) == ["noising-s0"]  # the others are records
+    assert module.continued_from(new, 0) == new / "baseline-s0"
+    command = module.train_command(new, "noising", 0, [], module.continued_from(new, 0))
+    assert f"run.init_from={new / 'baseline-s0'}" in command
+    control = {"noising": "none", "imm-released-positions-8": "none-halve-reload", "none": "baseline"}
+    assert module.with_controls(["imm-released-positions-8", "noising", "none"], control) == [
+        "none-halve-reload",
+        "imm-released-positions-8",
+        "none",
+        "noising",
+    ]
 
 
 def test_imm_driver_trains_again_a_continuation_of_other_weights_than_its_baseline(tmp_path: Path, capsys) -> None:
     """That continuations start from the same checkpoint is checked: a continuation's job record and
-    record keep the sha256 of the weights it started from; once its seed's baseline holds other weights
-    (trained again), ``train`` trains the continuation again and ``table`` leaves its record out, while a
-    continuation of the baseline's weights stays a record."""
+    record keep the sha256 of the weights it started from, a baseline's record that of its best weights
+    (not the weights); once its seed's baseline holds other weights (trained again), ``train`` trains the
+    continuation again, while a continuation of the baseline's weights stays a record."""
     module = experiment("imm_ptb_table2_converged")
     out, records = tmp_path / "out", tmp_path / "records"
 
@@ -781,26 +769,21 @@ def test_imm_driver_trains_again_a_continuation_of_other_weights_than_its_baseli
     noising = json.loads((records / "noising-s0" / "record.json").read_text())
     noising["jobs"][0]["init_sha256"] = noising["continued_from"]["model_sha256"] = again
     (records / "noising-s0" / "record.json").write_text(json.dumps(noising))
-    shutil.rmtree(out)
-    out.mkdir()
-    module.cmd_table(argparse.Namespace(out=str(out), records=[str(records)], png=""))
-    printed = capsys.readouterr()
-    assert "left out: none-s0 continued other weights than baseline-s0's" in printed.err
-    assert not any(row.startswith("| none |") for row in printed.out.splitlines())
-    assert any(row.startswith("| noising |") for row in printed.out.splitlines())
 
-    def job(name: str) -> object:
+    def job(name: str) -> object:  # the continuations start from the baseline trained again, under out
         code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
         if name.startswith("baseline"):
             return module.Job(name, "baseline", 0, [sys.executable, "-c", code, str(out / name)])
-        command = [sys.executable, "-c", code, str(out / name), f"run.init_from={records / 'baseline-s0'}"]
+        command = [sys.executable, "-c", code, str(out / name), f"run.init_from={out / 'baseline-s0'}"]
         return module.Job(name, name.rsplit("-s", 1)[0], 0, command, after="baseline-s0")
 
     jobs = [job("baseline-s0"), job("none-s0"), job("noising-s0")]
-    module.run_jobs(jobs, 1, math.inf, out, out / "jobs.jsonl", records=records)
-    assert sorted(path.name for path in out.iterdir() if path.is_dir()) == ["none-s0"]  # noising is a record
+    log = tmp_path / "again.jsonl"
+    module.run_jobs(jobs, 1, math.inf, out, log, records=records)
+    trained = sorted(path.name for path in out.iterdir() if path.is_dir())
+    assert trained == ["baseline-s0", "none-s0"]  # noising is a record, the baseline one too
     assert "none-s0: its record continued other weights than" in capsys.readouterr().err
-    started = module.read_jsonl(out / "jobs.jsonl")
+    started = module.read_jsonl(log)
     assert [line["init_sha256"] for line in started] == [again]  # the job record keeps what it started from
 
 
@@ -829,7 +812,7 @@ def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Pat
     (records / "baseline-s1").mkdir(parents=True)
     (records / "baseline-s1" / "train-summary.json").write_text("{}")
     module.drop_parked(parked, records)
-    assert (parked / "baseline-s1").is_dir()  # a baseline recorded without weights is being trained again
+    assert (parked / "baseline-s1").is_dir()  # another run of it is recorded: this one is being trained again
     (out / "baseline-s1" / "train-summary.json").write_text("{}")
     for split in ("valid", "test"):
         (out / "baseline-s1" / f"eval-{split}.json").write_text(json.dumps({"ppl": 90.0}))
@@ -839,7 +822,7 @@ def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Pat
     (out / "baseline-s1" / "vocab.json").write_text('["<unk>"]')
     shutil.rmtree(records / "baseline-s1")
     module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(parked)))
-    assert not any(parked.iterdir())  # its record keeps the weights now: the parked copy is dropped
+    assert not any(parked.iterdir())  # its record is the parked run, ended: the parked copy is dropped
 
 
 @pytest.mark.parametrize("recorded", [True, False])
@@ -883,23 +866,33 @@ def test_imm_driver_waits_for_a_baseline_the_other_lane_trains(recorded: bool, t
     assert "skipping noising-s0" not in capsys.readouterr().err
 
 
-def test_table2_paired_differences_pair_each_arm_with_its_control_seed_by_seed() -> None:
-    """Arm minus matched control on the seeds both ended: the released recipe against the same-schedule MLE
-    run, the plateau-schedule arms against ``none``; a seed with one side missing is left out."""
+def test_table2_driver_reads_its_arms_seeds_and_controls_from_the_protocol() -> None:
+    """The driver trains what experiments/protocols/imm.yaml declares for its records: every arm there is
+    one it can train, and each arm is paired with the control its comparison names."""
     module = experiment("imm_ptb_table2_converged")
+    seeds, arms, control = module.declared()
+    assert seeds == [0, 1, 2]
+    assert set(arms) <= set(module.ARMS) and "baseline" not in arms
+    assert {"none", "noising", "imm-positions-8", "none-halve-reload", "imm-released-positions-8"} <= set(arms)
+    assert control["noising"] == control["imm-positions-8"] == "none"
+    assert control["imm-released-positions-8"] == "none-halve-reload"
+    assert arms.index("none") < arms.index("noising") and arms.index("none-halve-reload") < arms.index(
+        "imm-released-positions-8"
+    )
 
-    def scores(valid: float, test: float, induced: float | None) -> dict[str, float | None]:
-        return {"valid_ppl": valid, "test_ppl": test, "induced_test_ppl": induced}
 
-    per_seed = {
-        "none": {0: scores(90.0, 85.0, 170.0), 1: scores(89.0, 84.0, 171.0)},
-        "noising": {0: scores(89.0, 84.5, None), 1: scores(88.0, 84.5, None), 2: scores(80.0, 80.0, None)},
-        "none-halve-reload": {1: scores(91.0, 86.0, 170.0)},
-        "imm-released-positions-8": {0: scores(88.0, 84.0, 169.0), 1: scores(89.0, 85.0, 169.5)},
-    }
-    lines = module.paired_differences(per_seed)
-    noising = next(line for line in lines if line.startswith("| noising − none |"))
-    assert noising == "| noising − none | 0, 1 | -1.00 ± 0.00 | +0.00 ± 0.71 | – | s0 -1.00 / -0.50, s1 -1.00 / +0.50 |"
-    released = next(line for line in lines if line.startswith("| imm-released-positions-8 − none-halve-reload |"))
-    assert released == "| imm-released-positions-8 − none-halve-reload | 1 | -2.00 | -1.00 | -0.50 | s1 -2.00 / -1.00 |"
-    assert not any(line.startswith("| imm-positions-8 −") for line in lines)  # no runs: no row
+def test_table2_driver_dry_run_lists_the_protocol_runs_and_writes_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``train --dry-run`` prints each run the protocol asks for (an arm named brings its matched control),
+    whether it is recorded, and its command; it creates, lays out and drops nothing."""
+    module = experiment("imm_ptb_table2_converged")
+    out, parked = tmp_path / "out", tmp_path / "parked"
+    (parked / "none-s1").mkdir(parents=True)
+    argv = ["driver", "train", "--dry-run", "--out", str(out), "--parked", str(parked), "--records", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--arms", "imm-released-positions-8", "--seeds", "1"])
+    module.main()
+    printed = capsys.readouterr()
+    names = [line.split(" ", 1)[0] for line in printed.out.splitlines()]
+    assert names == ["baseline-s1", "none-halve-reload-s1", "imm-released-positions-8-s1"]
+    assert all("(to train)" in line for line in printed.out.splitlines())
+    assert "none-halve-reload: the matched control" in printed.err
+    assert not out.exists() and (parked / "none-s1").is_dir()

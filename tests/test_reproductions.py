@@ -105,6 +105,22 @@ def test_a_bad_protocol_names_its_file(tmp_path: Path) -> None:
         load_pages(tmp_path)
 
 
+def test_mean_curve_stops_the_full_mean_where_a_seed_ends() -> None:
+    """The learning curve's mean over seeds is drawn apart once a seed's run has ended (early stopping):
+    past that epoch it is the mean of fewer seeds."""
+    from experiments.reproduce.figures import mean_curve
+    from experiments.reproduce.records import Record
+
+    def record(name: str, values: list[float]) -> Record:
+        curve = [{"epoch": epoch, "split": "valid", "ppl": value} for epoch, value in enumerate(values, 1)]
+        return Record(name=name, data={}, curve=curve)
+
+    full, fewer = mean_curve([record("a-s0", [10.0, 8.0, 7.0]), record("a-s1", [12.0, 10.0])], "ppl")
+    assert full == [(1.0, 11.0), (2.0, 9.0)]
+    assert fewer == [(3.0, 7.0)]
+    assert mean_curve([record("a-s0", []), record("a-s1", [5.0])], "ppl") == ([(1.0, 5.0)], [])
+
+
 def test_two_arms_of_one_run_pair_within_it(tmp_path: Path) -> None:
     from experiments.reproduce.protocol import Arm, Comparison, Metric
     from experiments.reproduce.render import evaluate
