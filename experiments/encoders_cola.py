@@ -1,197 +1,274 @@
-"""Kong et al. Table 2 (CoLA column: BERT-NCE vs InfoWord) and the IMM paper's Table 3 (CoLA: fine-tuning
-alone, +MLM, +MLM+IMM) at the scale of a 2-core CPU.
+"""The CoLA runs of Kong et al. Table 2 (BERT-NCE against InfoWord over App. B's λ_DIM grid) and of the IMM
+paper's Table 3 (fine-tuning alone, +MLM, +MLM+IMM from one encoder), at the scale of a 2-core CPU, archived
+as the records that ``experiments/protocols/infoword.yaml`` and ``imm-bert.yaml`` compare.
 
-Pretraining (``infolm train``), same budget for every encoder (``--epochs`` of PTB's training text plus
-any ``--extra-train`` datasets, at most ``--steps`` optimizer steps of the config's batch):
+The arms are the protocols' (every arm of a comparison whose records are ``encoders-cola``); each names a
+pretraining recipe and a fine-tuning variant:
 
-* ``bert-nce``: ``configs/ptb/bert-nce.yaml`` (MLM with in-batch negatives, span masking);
-* ``infoword-L``: ``configs/ptb/infoword.yaml`` with λ_DIM = L for each ``--lambdas`` value;
-* ``bert-mlm``: ``configs/ptb/bert-mlm.yaml`` (full-softmax MLM, token masking), for Table 3.
+* ``bert-nce``: ``configs/ptb/bert-nce.yaml`` (MLM with in-batch negatives, span masking), fine-tuned with
+  ``configs/cola/finetune-base.yaml``;
+* ``infoword-L``: ``configs/ptb/infoword.yaml`` with λ_DIM = L (``objective.dim.weight``), fine-tuned as above;
+* ``bert-mlm-V`` (V = base, mlm, imm): ``configs/ptb/bert-mlm.yaml`` (full-softmax MLM, token masking), one
+  pretraining per seed, fine-tuned with ``configs/cola/finetune-V.yaml``.
 
-Fine-tuning (``infolm finetune``, ``--seeds``, selection on the held-out part of CoLA's train,
-reported on CoLA's public in-domain dev set):
+Seeds cover the whole pipeline: pretraining seed ``s`` (``--seeds``, default the protocols' seeds) is the
+``run.seed`` of ``infolm train`` (initialisation, batches, masks; every encoder of one seed sees the same
+text), and every encoder is fine-tuned with each of ``--finetune-seeds`` (``infolm finetune``: selection on
+the held-out tenth of CoLA's train, scores on CoLA's public in-domain dev set as ``test``). The pretraining
+budget is the same for every encoder (``--epochs`` of PTB's training text plus ``--extra-train``, at most
+``--steps`` updates).
 
-* Table 2: ``configs/cola/finetune-base.yaml`` from ``bert-nce`` and from each ``infoword-L``;
-* Table 3: ``configs/cola/finetune-{base,mlm,imm}.yaml`` from ``--table3-encoder`` (default bert-mlm).
+Each (arm, pretraining seed) becomes the record ``RECORDS/<arm>-s<seed>/``: the pretraining run's
+``config.yaml``, ``overrides.json``, ``metrics.jsonl``, ``train-summary.json`` and ``tokenizer.json`` (no
+weights), the fine-tuning's ``finetune-summary.json`` (per fine-tuning seed and mean ± sd, both splits),
+``finetune-config.yaml`` and each fine-tuning seed's log (``finetune-seed-N.jsonl``), and ``record.json`` with
+the jobs (command, commit, machine, wall time). The three ``bert-mlm-V`` records of a seed share one
+pretraining run. Runs that finished are reused and recorded arms are skipped, so rerunning the command
+continues where it stopped; the tables are ``python -m experiments.report infoword imm``.
 
-    OMP_NUM_THREADS=1 python experiments/encoders_cola.py --out runs/encoders-cola
-    OMP_NUM_THREADS=1 python experiments/encoders_cola.py --out runs/encoders-cola-e6 --epochs 6 --steps 1500 \
-        --finetune-lr 3e-4 --tables 3 2     # the budget of the tables in docs/results.md
-    OMP_NUM_THREADS=1 python experiments/encoders_cola.py --out runs/encoders-cola-ts --epochs 6 --steps 3000 \
-        --finetune-lr 3e-4 --extra-train tinyshakespeare --tables 2   # PTB plus Tiny Shakespeare
-
-Table 2 takes one encoder at a time (pretraining, then its fine-tuning seeds). Writes
-``OUT/results.json`` (commands, wall times, every summary; an earlier invocation's entries are kept)
-after every fine-tuning and prints both tables (markdown; ``--print-only`` prints them from
-``OUT/results.json`` alone). Finished runs are reused: rerunning the command continues where it stopped.
+    INFOLM_DATA_MIRROR=... OMP_NUM_THREADS=1 python experiments/encoders_cola.py            # every arm, seed
+    OMP_NUM_THREADS=1 python experiments/encoders_cola.py --arms bert-nce infoword-1.0 --seeds 0 --dry-run
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_TABLE2 = {"BERT-NCE": 50.8, "InfoWord": 53.3}  # Kong et al. Table 2, BASE, CoLA (test, MCC x 100)
-PAPER_TABLE3 = {"base": "52.1 ± 4.0", "mlm": "55.0 ± 3.0", "imm": "60.0 ± 1.0"}  # IMM Table 3, CoLA, BERT-base
+if str(ROOT) not in sys.path:  # run as a script: the protocols' reader lives in the experiments package
+    sys.path.insert(0, str(ROOT))
+
+from experiments.reproduce.protocol import load_pages, runs_of  # noqa: E402
+from infolm.training.records import archive_run, is_record  # noqa: E402
+
+RECORDS = "encoders-cola"  # the protocols' record folder for these runs
+PAPERS = ("infoword", "imm")  # the pages whose comparisons read it
+FINETUNE_VARIANTS = ("base", "mlm", "imm")
 
 
-def run(command: list[str], log: list[dict[str, Any]]) -> None:
-    print("$", shlex.join(command), flush=True)
-    start = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True)
-    log.append({"command": shlex.join(command), "wall_s": round(time.perf_counter() - start, 1)})
+@dataclass
+class Arm:
+    """One arm of the protocols: the encoder it fine-tunes (pretraining recipe) and the fine-tuning variant."""
+
+    name: str
+    encoder: str  # pretraining run name stem; arms that share it share the pretraining run
+    config: str
+    overrides: list[str] = field(default_factory=list)
+    finetune: str = "base"
 
 
-def pretrain(name: str, config: str, out: Path, budget: list[str], extra: list[str], log: list[dict[str, Any]]) -> Path:
-    run_dir = out / "pretrain" / name
-    command = [sys.executable, "-m", "infolm", "train", config, f"run.dir={run_dir}", *budget]
-    run([*command, *extra], log)
+def recipe(name: str) -> Arm:
+    """The pretraining and fine-tuning an arm name stands for (the module docstring lists the names)."""
+    if name == "bert-nce":
+        return Arm(name, "bert-nce", "configs/ptb/bert-nce.yaml")
+    match = re.fullmatch(r"infoword-(\d+(?:\.\d+)?)", name)
+    if match:
+        return Arm(name, name, "configs/ptb/infoword.yaml", [f"objective.dim.weight={float(match.group(1))}"])
+    match = re.fullmatch(rf"bert-mlm-({'|'.join(FINETUNE_VARIANTS)})", name)
+    if match:
+        return Arm(name, "bert-mlm", "configs/ptb/bert-mlm.yaml", finetune=match.group(1))
+    raise SystemExit(f"encoders_cola.py: no recipe for the arm {name!r} (bert-nce, infoword-L, bert-mlm-base|mlm|imm)")
+
+
+def protocol_runs() -> tuple[list[str], list[int]]:
+    """Every arm (controls included; an arm that selects stands for the arms it chooses among) and seed of
+    the comparisons that read ``encoders-cola``, in protocol order."""
+    arms: list[str] = []
+    seeds: list[int] = []
+    pages = load_pages()
+    for paper in PAPERS:
+        for arm, seed in runs_of(pages[paper], RECORDS) if paper in pages else []:
+            arms += [arm] if arm not in arms else []
+            seeds += [seed] if seed not in seeds else []
+    return arms, seeds
+
+
+def commit() -> str:
+    """The working tree's commit, with ``-dirty`` when tracked files differ from it."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=40"], cwd=ROOT, capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
+def machine() -> str:
+    """The CPU's model name (Linux) or architecture, and the number of cores."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+MACHINE = machine()
+
+
+class Jobs:
+    """The driver's job log (``OUT/jobs.jsonl``): each command with the run it made, its wall time, commit and
+    machine, kept across invocations so that a record of a reused run still names the job that made it."""
+
+    def __init__(self, out: Path, dry_run: bool) -> None:
+        self.path = out / "jobs.jsonl"
+        self.dry_run = dry_run
+        self.planned: set[Path] = set()  # a dry run's runs, each printed once
+
+    def run(self, run: Path, command: list[str]) -> str:
+        if self.dry_run and run in self.planned:
+            return ""
+        print("$", shlex.join(command), flush=True)
+        if self.dry_run:
+            self.planned.add(run)
+            return ""
+        start = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        sys.stdout.write(done.stdout)
+        entry = {
+            "run": str(run),
+            "command": shlex.join(command),
+            "rc": done.returncode,
+            "wall_s": round(time.perf_counter() - start, 1),
+            "commit": commit(),
+            "machine": MACHINE,
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+        if done.returncode != 0:
+            raise SystemExit(f"encoders_cola.py: the command above failed (exit {done.returncode})")
+        return done.stdout
+
+    def of(self, run: Path) -> list[dict[str, Any]]:
+        """The successful jobs that made ``run``, oldest first."""
+        if not self.path.is_file():
+            return []
+        lines = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return [line for line in lines if line.get("run") == str(run) and line.get("rc") == 0]
+
+
+def pretrain(arm: Arm, seed: int, out: Path, budget: list[str], jobs: Jobs) -> Path:
+    """The encoder of ``arm`` at ``seed``, trained unless a finished run is there (its ``train-summary.json``)."""
+    run_dir = out / "pretrain" / f"{arm.encoder}-s{seed}"
+    if (run_dir / "train-summary.json").is_file():
+        return run_dir
+    command = [sys.executable, "-m", "infolm", "train", arm.config, f"run.dir={run_dir}", f"run.seed={seed}"]
+    printed = jobs.run(run_dir, [*command, *budget, *arm.overrides, "--json"])
+    if printed:
+        (run_dir / "train-summary.json").write_text(printed.strip().splitlines()[-1] + "\n")
     return run_dir
 
 
-def finetune(
-    name: str, variant: str, encoder: Path, seeds: list[int], out: Path, extra: list[str], log: list[dict[str, Any]]
-) -> dict[str, Any]:
-    run_dir = out / "finetune" / f"{name}-{variant}"
-    seed_args = ["--seeds", ",".join(map(str, seeds))]
-    command = [sys.executable, "-m", "infolm", "finetune", *seed_args, f"configs/cola/finetune-{variant}.yaml"]
-    run([*command, f"run.init_from={encoder}", f"run.dir={run_dir}", *extra], log)
-    return json.loads((run_dir / "summary.json").read_text())
+def finetune(arm: Arm, seed: int, encoder: Path, out: Path, seeds: list[int], extra: list[str], jobs: Jobs) -> Path:
+    """``arm``'s fine-tuning of ``encoder`` over ``seeds``, unless its summary over those seeds is there."""
+    run_dir = out / "finetune" / f"{arm.name}-s{seed}"
+    summary = run_dir / "summary.json"
+    if summary.is_file() and json.loads(summary.read_text()).get("seeds") == seeds:
+        return run_dir
+    command = [sys.executable, "-m", "infolm", "finetune", "--seeds", ",".join(map(str, seeds))]
+    command += [f"configs/cola/finetune-{arm.finetune}.yaml", f"run.init_from={encoder}", f"run.dir={run_dir}"]
+    jobs.run(run_dir, [*command, *extra])
+    return run_dir
 
 
-def cell(summary: dict[str, Any], split: str, metric: str = "mcc", scale: float = 100.0, digits: int = 1) -> str:
-    stats = summary["summary"][split][metric]
-    return f"{scale * stats['mean']:.{digits}f} ± {scale * stats['std']:.{digits}f}"
+def archive(arm: Arm, seed: int, encoder: Path, tuned: Path, records: Path, jobs: Jobs) -> Path:
+    """``records/<arm>-s<seed>``: the encoder's small files and the fine-tuning's summary, configuration and
+    logs, with both runs' jobs. The record is named after the arm, not the pretraining run that arms of one
+    encoder share: ``archive_run`` names a record after the folder it is given, so it is given a link of
+    the arm's name to the pretraining run."""
+    name = f"{arm.name}-s{seed}"
+    staging = tuned / ".record"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    extra = {"finetune-summary.json": tuned / "summary.json"}
+    ft_seeds = json.loads((tuned / "summary.json").read_text())["seeds"]
+    first = tuned / f"seed-{ft_seeds[0]}" / "config.yaml"
+    if first.is_file():
+        extra["finetune-config.yaml"] = first
+    for ft_seed in ft_seeds:
+        log = tuned / f"seed-{ft_seed}" / "metrics.jsonl"
+        if log.is_file():
+            extra[f"finetune-seed-{ft_seed}.jsonl"] = log
+    link = staging / name
+    link.symlink_to(encoder.resolve(), target_is_directory=True)
+    meta = {
+        "arm": arm.name,
+        "seed": seed,
+        "finetune_seeds": ft_seeds,
+        "finetune_source": str(tuned.resolve()),
+        # the fine-tuning first: its command names the arm's variant and its encoder (pages show the first job)
+        "jobs": [{"key": "finetune", **job} for job in jobs.of(tuned)]
+        + [{"key": "pretrain", **job} for job in jobs.of(encoder)],
+    }
+    try:
+        return archive_run(link, records, meta=meta, extra=extra)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
-def fine_tuning_cells(summary: dict[str, Any]) -> str:
-    """Seeds, held-out and public-dev MCC x 100 (mean ± std), public-dev MCC per seed, public-dev accuracy."""
-    seeds = ",".join(map(str, summary["seeds"]))
-    per_seed = ", ".join(f"{100 * summary['per_seed'][str(seed)]['test']['mcc']:.2f}" for seed in summary["seeds"])
-    accuracy = cell(summary, "test", "accuracy", 1.0, 3)
-    return f"{seeds} | {cell(summary, 'valid')} | {cell(summary, 'test')} | {per_seed} | {accuracy}"
-
-
-def pretraining_cell(run_dir: Path) -> str:
-    """The validation of the weights fine-tuning starts from (best/: the lowest full-softmax MLM loss):
-    nats per masked subword / masked accuracy."""
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        return "–"
-    lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    valid = [line for line in lines if line.get("split") == "valid"]
-    if not valid:
-        return "–"
-    best = min(valid, key=lambda line: line["loss"])
-    return f"{best['loss']:.3f} / {100 * best['accuracy']:.1f}%"
-
-
-def print_tables(results: dict[str, Any], out: Path, table3_encoder: str) -> None:
-    """Both tables as markdown, from OUT/results.json and the pretraining runs' metrics."""
-    columns = "seeds | valid (held out) | test (public dev) | per seed, test | test accuracy"
-    if results.get("table2"):
-        print(f"\n| encoder | pretraining valid: MLM nats / masked accuracy | {columns} | paper (GLUE test, BASE) |")
-        print("| --- " * 8 + "|")
-        for name, summary in results["table2"].items():
-            paper = PAPER_TABLE2["BERT-NCE" if name == "bert-nce" else "InfoWord"]
-            pretrained = pretraining_cell(out / "pretrain" / name)
-            print(f"| {name} | {pretrained} | {fine_tuning_cells(summary)} | {paper} |")
-    if results.get("table3"):
-        print(f"\nencoder {table3_encoder}, pretraining valid: {pretraining_cell(out / 'pretrain' / table3_encoder)}")
-        print(f"| fine-tuning | {columns} | paper (BERT-base, CoLA) |")
-        print("| --- " * 7 + "|")
-        for variant, summary in results["table3"].items():
-            print(f"| {variant} | {fine_tuning_cells(summary)} | {PAPER_TABLE3[variant]} |")
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/encoders-cola")
-    parser.add_argument("--epochs", type=int, default=1, help="pretraining epochs of PTB for every encoder")
-    parser.add_argument("--steps", type=int, default=600, help="at most this many pretraining optimizer steps")
+    parser.add_argument("--out", default="runs/encoders-cola", help="run directories (pretrain/, finetune/)")
+    parser.add_argument("--records", default=f"experiments/records/{RECORDS}", help="where the records go")
+    parser.add_argument("--arms", nargs="+", default=None, help="default: every arm of the protocols")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="pretraining seeds (default: protocols')")
+    parser.add_argument("--finetune-seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--epochs", type=int, default=6, help="pretraining epochs of the text, every encoder")
+    parser.add_argument("--steps", type=int, default=3000, help="at most this many pretraining updates")
     parser.add_argument(
         "--extra-train",
-        nargs="+",
-        default=[],
-        help="registered text datasets added to PTB's pretraining text (task.extra_train), e.g. tinyshakespeare",
+        nargs="*",
+        default=["tinyshakespeare"],
+        help="registered text datasets added to PTB's pretraining text (task.extra_train); none: PTB alone",
     )
     parser.add_argument(
         "--finetune-lr",
         type=float,
-        default=None,
-        help="fine-tuning peak learning rate (default: the configs' 5e-5, the top of App. B's grid)",
+        default=3e-4,
+        help="fine-tuning peak learning rate (App. B's grid, 5e-6..5e-5, leaves this encoder at the majority class)",
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument(
-        "--lambdas",
-        type=float,
-        nargs="+",
-        default=[1.0, 0.8, 0.6, 0.4],
-        help="λ_DIM values, run in this order (App. B's grid)",
-    )
-    parser.add_argument("--table3-encoder", default="bert-mlm", help="bert-mlm, or bert-nce to reuse it")
-    parser.add_argument("--tables", nargs="+", default=["2", "3"], choices=["2", "3"], help="run in this order")
-    parser.add_argument("--print-only", action="store_true", help="print the tables of OUT/results.json; run nothing")
-    args = parser.parse_args()
-    out = ROOT / args.out
-    if args.print_only:
-        if not (out / "results.json").is_file():
-            sys.exit(f"encoders_cola.py: no results in {out} (run without --print-only first)")
-        print_tables(json.loads((out / "results.json").read_text()), out, args.table3_encoder)
-        return
-    log: list[dict[str, Any]] = []
-    results: dict[str, Any] = {"machine": f"{platform.machine()}, {platform.processor() or 'cpu'}", "runs": log}
-    if (out / "results.json").is_file():  # an earlier invocation's tables and commands are kept
-        earlier = json.loads((out / "results.json").read_text())
-        log[:0] = earlier.get("runs", [])
-        results.update({key: earlier[key] for key in ("table2", "table3") if key in earlier})
-    encoders: dict[str, Path] = {}
+    parser.add_argument("--pretrain-set", nargs="*", default=[], metavar="KEY=VALUE", help="more pretraining overrides")
+    parser.add_argument("--finetune-set", nargs="*", default=[], metavar="KEY=VALUE", help="more fine-tuning overrides")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands; run and archive nothing")
+    args = parser.parse_args(argv)
+
+    protocol_arms, protocol_seeds = protocol_runs()
+    arms = [recipe(name) for name in (args.arms or protocol_arms)]
+    seeds = args.seeds if args.seeds is not None else protocol_seeds
+    out, records = ROOT / args.out, ROOT / args.records
+    jobs = Jobs(out, args.dry_run)
     budget = [f"train.epochs={args.epochs}", f"train.max_steps={args.steps}"]
     if args.extra_train:
         budget.append(f"task.extra_train=[{','.join(args.extra_train)}]")
-    tuning = [] if args.finetune_lr is None else [f"optim.lr={args.finetune_lr}"]
-    results["settings"] = {
-        "epochs": args.epochs,
-        "steps": args.steps,
-        "finetune_lr": args.finetune_lr,
-        "extra_train": args.extra_train,
-    }
+    budget += args.pretrain_set
+    tuning = [f"optim.lr={args.finetune_lr}", *args.finetune_set]
 
-    def save() -> None:
-        (out / "results.json").write_text(json.dumps(results, indent=1))
-
-    def table2() -> None:
-        # One encoder at a time, pretrained then fine-tuned, so that a stopped run leaves whole rows.
-        rows: dict[str, Any] = results.setdefault("table2", {})
-        plan: list[tuple[str, str, list[str]]] = [("bert-nce", "configs/ptb/bert-nce.yaml", [])]
-        plan += [(f"infoword-{v:g}", "configs/ptb/infoword.yaml", [f"objective.dim.weight={v}"]) for v in args.lambdas]
-        for name, config, extra in plan:
-            encoders[name] = pretrain(name, config, out, budget, extra, log)
-            rows[name] = finetune(name, "base", encoders[name], args.seeds, out, tuning, log)
-            save()
-
-    def table3() -> None:
-        name = args.table3_encoder
-        if name not in encoders:
-            config = "configs/ptb/bert-mlm.yaml" if name == "bert-mlm" else "configs/ptb/bert-nce.yaml"
-            encoders[name] = pretrain(name, config, out, budget, [], log)
-        variants: dict[str, Any] = results.setdefault("table3", {})
-        for variant in ("base", "mlm", "imm"):
-            variants[variant] = finetune(name, variant, encoders[name], args.seeds, out, tuning, log)
-            save()
-
-    for table in args.tables:  # in the order given
-        {"2": table2, "3": table3}[table]()
-    save()
-    print_tables(results, out, args.table3_encoder)
+    for seed in seeds:  # one seed at a time, so that a stopped invocation leaves whole seeds
+        for arm in arms:
+            if is_record(records / f"{arm.name}-s{seed}"):
+                print(f"{arm.name}-s{seed}: recorded in {records}")
+                continue
+            encoder = pretrain(arm, seed, out, budget, jobs)
+            tuned = finetune(arm, seed, encoder, out, args.finetune_seeds, tuning, jobs)
+            if not args.dry_run:
+                print(f"archived {archive(arm, seed, encoder, tuned, records, jobs)}")
 
 
 if __name__ == "__main__":

@@ -16,10 +16,12 @@ IMM config overrides; by default 8 drawn positions):
   expectation, so their dot product estimates its squared norm without the noise's share).
 
 The recurrent state before each batch is carried as the trainer carries it (the in-batch realization
-reads the primary pass). ::
+reads the primary pass). The model is a run directory with best weights, e.g. a baseline of the IMM
+Table 2 protocol (its record keeps no weights: ``experiments/imm_ptb_table2_converged.py train --seeds 0
+--arms none --retrain-baselines`` trains it again)::
 
     OMP_NUM_THREADS=1 python experiments/imm_positions_clip_bias.py \\
-        experiments/records/imm-ptb-table2-converged/baseline-s0 --arm positions_per_batch=8 --json
+        runs/imm-ptb-table2-converged/baseline-s0 --arm positions_per_batch=8 --json
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def compare(default: Draws, arm: Draws) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", help="a trained run (or record with weights) of configs/ptb/imm-table2-cpu.yaml")
+    parser.add_argument("run", help="a trained run directory (with best weights) of configs/ptb/imm-table2-cpu.yaml")
     parser.add_argument(
         "--arm",
         nargs="+",

@@ -2,7 +2,11 @@
 
 The paper's protocol: a baseline LSTM trained to convergence, then continued from that checkpoint
 with each objective of Table 2, each again to convergence; valid and test perplexity, and the test
-perplexity of each model's induced bigram (Table 1). Per seed:
+perplexity of each model's induced bigram (Table 1). Which arms, seeds and matched controls make the
+comparisons, and each arm's config and overrides, is declared once, in ``experiments/protocols/imm.yaml``:
+``train`` trains those by default (an arm named with ``--arms`` also brings its matched control), and
+the page ``docs/reproductions/imm.md`` is generated from the records by ``python -m experiments.report
+imm``. Per seed, the arms this driver can train (the protocol's, then the exploratory ones kept here):
 
 * ``baseline``         ``configs/ptb/imm-table2-cpu.yaml`` to early stopping;
 * ``none``             ``configs/ptb/imm-table2-cpu-continue.yaml`` from the baseline's best weights (MLE);
@@ -21,28 +25,24 @@ perplexity of each model's induced bigram (Table 1). Per seed:
 ``train`` runs the arms ``--jobs`` at a time (a seed's continuations start when its baseline ends),
 stops whatever still trains at ``--deadline-s`` minus ``--eval-reserve-s`` (such a run is reported as
 cut, never as converged) and scores every run as soon as it ends (valid and test on the full splits,
-the induced bigram; the scoring takes a slot); ``table`` rebuilds the table, the overhead per epoch
-and the learning curves from the run directories alone::
+the induced bigram; the scoring takes a slot)::
 
     OMP_NUM_THREADS=1 python experiments/imm_ptb_table2_converged.py train --out runs/imm-ptb-table2-converged \
         --seeds 0 1 2 --jobs 2
-    python experiments/imm_ptb_table2_converged.py table --out runs/imm-ptb-table2-converged \
-        --png docs/img/imm_ptb_table2_converged.png
+    python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
+    python -m experiments.report imm          # the page, its tables and curves, from the records
 
 Rerunning ``train`` resumes the runs that were cut (``infolm train`` resumes a run directory) and
 skips the runs and scores that are complete. ``--from-cut-baselines`` starts the continuations from
-baselines that were cut before early stopping, from their best weights (the table marks them cut).
+baselines that were cut before early stopping, from their best weights.
 
 ``archive`` copies every ended and scored run's config, log, summary and scores into
-``experiments/records/imm-ptb-table2-converged/``, kept in the repository, and of a baseline also its
-best weights (10.6 MB at this scale; no training state): ``table`` reads those records beside
-``--out``'s runs (a run directory stands for a record of the same name), ``train`` does not train a
-recorded run again, and a continuation whose baseline is only a record starts from the record's
-weights, so a seed's continuations can train on another machine than its baseline. A baseline
-recorded without weights cannot be continued: ``train --retrain-baselines`` trains it again (the same
-seed and config) and replaces its record with one that keeps the weights::
-
-    python experiments/imm_ptb_table2_converged.py archive --out runs/imm-ptb-table2-converged
+``experiments/records/imm-ptb-table2-converged/``, kept in the repository; no weights (a baseline's
+record keeps the sha256 of its best weights, ``best_weights_sha256``). ``train`` does not train a
+recorded run again. A continuation needs its seed's baseline weights in ``--out``: where the baseline is
+only a record, ``train --retrain-baselines`` trains it again (the same seed and config; the same run bit
+for bit only on the same kind of CPU) and continues from it; with its record replaced, the continuations
+recorded from other weights are trained again (below).
 
 A run takes longer than a machine lives (a working tree is laid anew on each, and ``runs/`` with it;
 a baseline takes 2-4 hours on one core): stop the driver and ``park`` keeps every run that has not
@@ -56,7 +56,7 @@ out again in ``--out`` and resumes it bit for bit; a parked copy is dropped once
 weights its ``run.init_from`` held when it started, and its record the same at archiving
 (``continued_from``). A baseline trained again is another run (on another CPU kind it diverges within
 the first epoch), so ``train`` trains again every continuation recorded from other weights than its
-seed's baseline holds now (its record replaced), and ``table`` leaves such a run out, saying so.
+seed's baseline holds now (its record replaced).
 """
 
 from __future__ import annotations
@@ -75,33 +75,27 @@ from pathlib import Path
 from typing import Any
 
 from infolm.errors import InfolmError
-from infolm.report import format_mean_std as mean_std
-from infolm.training.records import (
-    archive_run,
-    park_run,
-    record_weights,
-    runs_and_records,
-    sha256_file,
-    unpark_run,
-)
+from infolm.training.records import RECORD, archive_run, park_run, sha256_file, unpark_run
 from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the protocols' package
+from experiments.reproduce.protocol import Arm, arms_of, load_protocol  # noqa: E402
+
 RECORDS = ROOT / "experiments" / "records" / "imm-ptb-table2-converged"  # ended runs, kept in the repository
 PARKED = ROOT / "experiments" / "parked" / "imm-ptb-table2-converged"  # runs between machines, not yet ended
-BASELINE = "configs/ptb/imm-table2-cpu.yaml"
-CONTINUE = "configs/ptb/imm-table2-cpu-continue.yaml"
+PAPER = "imm"  # experiments/protocols/imm.yaml: the comparisons this driver's records make, and their arms
+# The arms of the protocol: each one's config and overrides, declared with the comparisons it is in
+DECLARED: dict[str, Arm] = arms_of(load_protocol(PAPER), RECORDS.name)
+BASELINE = DECLARED["baseline"].config or "configs/ptb/imm-table2-cpu.yaml"
+CONTINUE = DECLARED["none"].config or "configs/ptb/imm-table2-cpu-continue.yaml"
 IMM = "objective.imm={weight: 0.2, k: 10, j: 5, restricted_order: 2, sample_chunk: 10}"
 # x0.5 and reload the best weights at every evaluation without improvement, no early stopping: the run
 # ends at the config's 20 epochs (the released code: at its 20th decay or 400 epochs)
 RELEASED_SCHEDULE = ["optim.decay=0.5", "optim.plateau_restore_best=true", "train.early_stopping=0"]
-ARMS: dict[str, list[str]] = {
-    "none": [],
-    # "~objective.mle": an override merges into the config's objective section, so without it MLE
-    # would run beside noising (on the noised batch: the loss counted twice)
-    "noising": ["~objective.mle", "objective={noising: {weight: 1.0, gamma0: 0.2, mode: bigram-kn}}"],
-    "imm": [IMM],
-    "imm-positions-8": [IMM, "objective.imm.positions_per_batch=8"],
+# Arms beyond the protocol's, kept for the readings of docs/notebook/imm.md (not on the page)
+EXPLORATORY: dict[str, list[str]] = {
+    "imm": [IMM],  # the faithful default: fresh samples at every position (GPU only: ~17 MLE steps a step on a CPU)
     # Not the paper's clip: 8 drawn positions with ∇IMM unclipped. The paper's clip (0.25) acts on every
     # 1-sample step of 8 positions (‖∇IMM‖ ~0.8) and shrinks their mean step to about a third of the
     # every-position default's, which it barely clips (experiments/imm_positions_clip_bias.py); unclipped,
@@ -112,47 +106,46 @@ ARMS: dict[str, list[str]] = {
     # from 20) instead of the reset to 10, which lifted IMM's validation perplexity from 99 to 113.
     "none-lr5": ["optim.lr=5.0"],
     "imm-positions-8-lr5": [IMM, "objective.imm.positions_per_batch=8", "optim.lr=5.0"],
-    # The authors' released code's schedule after IMM starts (the configs' own: x0.25, no reload,
-    # early stopping after 2 evaluations without improvement).
-    "none-halve-reload": [*RELEASED_SCHEDULE],
+    # The authors' released code's schedule with the 8-position IMM of the paper's Eq. 15
     "imm-positions-8-halve-reload": [IMM, "objective.imm.positions_per_batch=8", *RELEASED_SCHEDULE],
-    # and the released code's 1-sample steps (the position's own prediction against a KN-smoothed one-hot)
-    "imm-released-positions-8": [
-        IMM,
-        "objective.imm.positions_per_batch=8",
-        "objective.imm.one_sample=released",
-        *RELEASED_SCHEDULE,
-    ],
 }
-# Table 2 (valid / test perplexity, 2x1500 LSTM) and Table 1 (induced bigram, test perplexity)
-PAPER = {
-    "baseline": None,
-    "none": (81.6, 77.5, 309.56),
-    "noising": (76.7, 73.9, None),
-    "imm": (76.0, 73.3, 278.48),
-    "imm-positions-8": None,
-    "imm-positions-8-unclipped": None,
-    "imm-in-batch": None,
-    "none-lr5": None,
-    "imm-positions-8-lr5": None,
-    "none-halve-reload": None,
-    "imm-positions-8-halve-reload": None,
-    "imm-released-positions-8": None,
+# every continuation this driver trains: the protocol's, then the exploratory ones
+ARMS: dict[str, list[str]] = {
+    **{name: list(arm.overrides) for name, arm in DECLARED.items() if name != "baseline"},
+    **EXPLORATORY,
 }
 
-# The matched MLE control of each continuation: the same seed's baseline weights and the same schedule,
-# so that a paired difference (arm minus control, seed by seed) isolates the regularizer.
-CONTROL = {
-    "noising": "none",
-    "imm": "none",
-    "imm-positions-8": "none",
-    "imm-positions-8-unclipped": "none",
-    "imm-in-batch": "none",
-    "none-lr5": "none",
-    "imm-positions-8-lr5": "none-lr5",
-    "imm-positions-8-halve-reload": "none-halve-reload",
-    "imm-released-positions-8": "none-halve-reload",
-}
+
+def declared() -> tuple[list[int], list[str], dict[str, str]]:
+    """What ``experiments/protocols/imm.yaml`` declares for this driver's records: the seeds, the arms
+    other than ``baseline`` (each comparison's control first) and each arm's matched control."""
+    from experiments.reproduce.protocol import runs_of
+
+    page = load_protocol(PAPER)
+    runs = runs_of(page, RECORDS.name)
+    seeds = sorted({seed for _, seed in runs})
+    arms = list(dict.fromkeys(arm for arm, _ in runs if arm != "baseline"))
+    unset = [name for name, arm in DECLARED.items() if not arm.config]
+    if unset:
+        raise SystemExit(f"experiments/protocols/{PAPER}.yaml: no config for the arms {', '.join(unset)}")
+    control: dict[str, str] = {}
+    for comparison in page.comparisons:  # a control read on its own path of the same run (paths) trains nothing
+        if comparison.records == RECORDS.name and comparison.control is not None and not comparison.control.paths:
+            for arm in comparison.arms:
+                control.setdefault(arm.arm, comparison.control.arm)
+    return seeds, arms, control
+
+
+def with_controls(arms: list[str], control: dict[str, str]) -> list[str]:
+    """``arms`` and, before the first arm that needs it, each one's matched control (a paired difference
+    needs both on the same seeds); ``baseline`` is implicit (every continuation starts from it)."""
+    ordered: list[str] = []
+    for arm in arms:
+        if arm in control and control[arm] not in ordered and control[arm] != "baseline":
+            ordered.append(control[arm])
+        if arm not in ordered and arm != "baseline":
+            ordered.append(arm)
+    return ordered
 
 
 @dataclass
@@ -169,12 +162,14 @@ class Job:
 
 def train_command(out: Path, arm: str, seed: int, extra: list[str], baseline: Path | None = None) -> list[str]:
     """The ``infolm train`` command of ``arm``; a continuation starts from ``baseline`` (a run directory
-    or a record with weights; by default the seed's baseline under ``out``)."""
+    with best weights; by default the seed's baseline under ``out``)."""
     run = out / f"{arm}-s{seed}"
+    declared_config = DECLARED[arm].config if arm in DECLARED else None
     if arm == "baseline":
         config, overrides = BASELINE, []
     else:
-        config, overrides = CONTINUE, [f"run.init_from={baseline or out / f'baseline-s{seed}'}", *ARMS[arm]]
+        start = f"run.init_from={baseline or out / f'baseline-s{seed}'}"
+        config, overrides = declared_config or CONTINUE, [start, *ARMS[arm]]
     return [
         sys.executable,
         "-m",
@@ -214,10 +209,18 @@ def has_best(run: Path) -> bool:
 
 
 def weights_sha256(run: Path) -> str | None:
-    """The sha256 of the best weights of ``run`` (a run directory or a record that kept them); None
-    without them."""
+    """The sha256 of the best weights of ``run``: of the file in a run directory, else the one its record
+    keeps (``best_weights_sha256``; a record of the time records kept weights names it under ``weights``);
+    None where neither is known."""
     path = run / "checkpoints" / "best" / "model.safetensors"
-    return sha256_file(path) if path.is_file() else None
+    if path.is_file():
+        return sha256_file(path)
+    try:
+        known = json.loads((run / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    legacy = (known.get("weights") or {}).get("sha256") or {}
+    return known.get("best_weights_sha256") or legacy.get("checkpoints/best/model.safetensors")
 
 
 def init_from(command: list[str] | str) -> Path | None:
@@ -289,16 +292,15 @@ def run_jobs(
     ``from_cut``: a job also starts after a run that was cut but has best weights. Unless
     ``induced_tokens`` is None, a run that ends by itself is scored at once, its scoring taking a slot
     before the next training job does (a queue that outlives its machine still leaves the numbers of what ended).
-    A job whose run ended as a record in ``records`` is done; one that needs the weights of a run that
-    is only a record without weights is skipped with a line saying so. With ``keep``, a run that ended by
-    itself is archived in ``records`` as soon as both its scores are kept (a machine lost mid-queue keeps
-    its numbers); a baseline with its weights. With ``retrain``, a baseline recorded without weights is
-    trained again (the same seed and config: on the same machine kind, the same run) and, with ``keep``,
-    its record replaced by one with weights."""
+    A job whose run ended as a record in ``records`` is done; one that needs the weights of a baseline
+    that is only a record (records keep no weights) is skipped with a line saying so. With ``keep``, a run
+    that ended by itself is archived in ``records`` as soon as both its scores are kept (a machine lost
+    mid-queue keeps its numbers). With ``retrain``, a recorded baseline is trained again (the same seed and
+    config: on the same machine kind, the same run) for its continuations and, with ``keep``, its record
+    replaced."""
     recorded = {job.name for job in jobs if records is not None and finished(records / job.name)}
-    weighted = {name for name in recorded if records is not None and kept_weights(records / name)}
     if retrain:
-        recorded -= {job.name for job in jobs if job.arm == "baseline" and job.name not in weighted}
+        recorded -= {job.name for job in jobs if job.arm == "baseline"}
     baseline_shas: dict[Path, str | None] = {}  # each baseline hashed once
     for job in jobs:  # a continuation recorded from other weights than its baseline's now: not the protocol's
         source = init_from(job.command)
@@ -318,12 +320,16 @@ def run_jobs(
         if elsewhere(job.name):
             print(f"skipping {job.name}: another call is training it", file=sys.stderr)
             pending.remove(job)
-        elif job.after in recorded - weighted and not finished(out / job.after) and not elsewhere(job.after):
-            print(f"skipping {job.name}: {job.after} is only a record (no weights to continue from)", file=sys.stderr)
+        elif job.after in recorded and not finished(out / job.after) and not elsewhere(job.after):
+            print(
+                f"skipping {job.name}: {job.after} is only a record (no weights to continue from; "
+                "--retrain-baselines trains it again)",
+                file=sys.stderr,
+            )
             pending.remove(job)
 
     def done(name: str) -> bool:
-        return finished(out / name) or name in weighted or (from_cut and has_best(out / name))
+        return finished(out / name) or (from_cut and has_best(out / name))
 
     running: list[Job] = []
     finished_before = [job.name for job in jobs if finished(out / job.name)]  # by an earlier call
@@ -431,30 +437,30 @@ def score_runs(out: Path, names: list[str], slots: int, deadline: float, induced
         time.sleep(0.5)
 
 
-def kept_weights(record: Path) -> Path | None:
-    """``record`` if it is a record that kept its weights (checked); a changed one stops the driver."""
-    try:
-        return record_weights(record)
-    except InfolmError as failure:
-        raise SystemExit(str(failure)) from None
+def continued_from(out: Path, seed: int) -> Path:
+    """What the seed's continuations start from: its baseline under ``out`` (trained there, resumed, laid
+    out from its parked copy or, with ``--from-cut-baselines``, taken as cut); records keep no weights."""
+    return out / f"baseline-s{seed}"
 
 
-def continued_from(out: Path, records: Path, seed: int) -> Path:
-    """What the seed's continuations start from: its baseline under ``out`` if it ended there, else its
-    record if that kept the weights, else the run under ``out`` (to be trained, resumed or, with
-    ``--from-cut-baselines``, taken as cut)."""
-    run = out / f"baseline-s{seed}"
-    if finished(run):
-        return run
-    return kept_weights(records / run.name) or run
+def same_run(parked: Path, record: Path) -> bool:
+    """The record is the parked run, ended since: their logs begin with the same line (a resumed run keeps
+    its log up to its checkpoint; a run trained again logs other wall times from its first line)."""
+
+    def first(path: Path) -> str | None:
+        lines = path.read_text().splitlines() if path.is_file() else []
+        return lines[0] if lines else None
+
+    line = first(parked / "metrics.jsonl")
+    return line is not None and line == first(record / "metrics.jsonl")
 
 
 def drop_parked(parked: Path, records: Path) -> None:
-    """Remove the parked copy of every run that has since ended as a record; of a baseline, only once
-    its record keeps the weights (a baseline recorded without them is being trained again)."""
+    """Remove the parked copy of every run that has since ended as a record; a parked baseline that is
+    being trained again beside an older record (another run: another log) is kept."""
     for path in sorted(parked.iterdir()) if parked.is_dir() else []:
         if path.is_dir() and not path.name.startswith(".") and finished(records / path.name):
-            if path.name.startswith("baseline-") and not kept_weights(records / path.name):
+            if not same_run(path, records / path.name):
                 continue
             shutil.rmtree(path)
             print(f"{path.name}: ended as a record, its parked copy dropped", file=sys.stderr)
@@ -500,22 +506,37 @@ def cmd_park(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     parked = Path(args.parked)
-    drop_parked(parked, Path(args.records))
-    names = [f"{arm}-s{seed}" for seed in args.seeds for arm in ["baseline", *args.arms]]
-    unpark(parked, out, names)
-    start = time.time()
-    deadline = start + args.deadline_s if args.deadline_s else math.inf
+    seeds, arms, control = declared()
+    if args.seeds is None:
+        args.seeds = seeds
+    if args.arms is None:
+        args.arms = arms
+    else:
+        arms = with_controls(args.arms, control)
+        for arm in [arm for arm in arms if arm not in args.arms]:
+            print(f"{arm}: the matched control of an arm asked for, trained too", file=sys.stderr)
+        args.arms = arms
     jobs: list[Job] = []
     for seed in args.seeds:
         if not args.from_cut_baselines:
             jobs.append(Job(f"baseline-s{seed}", "baseline", seed, train_command(out, "baseline", seed, args.set)))
     for seed in args.seeds:
-        baseline = continued_from(out, Path(args.records), seed)
+        baseline = continued_from(out, seed)
         for arm in args.arms:
             command = train_command(out, arm, seed, args.set, baseline)
             jobs.append(Job(f"{arm}-s{seed}", arm, seed, command, after=f"baseline-s{seed}"))
+    if args.dry_run:  # nothing written, nothing laid out or dropped
+        for job in jobs:
+            done = "recorded" if finished(Path(args.records) / job.name) else "to train"
+            print(f"{job.name} ({done}): {' '.join(job.command)}")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    drop_parked(parked, Path(args.records))
+    names = [f"{arm}-s{seed}" for seed in args.seeds for arm in ["baseline", *args.arms]]
+    unpark(parked, out, names)
+    start = time.time()
+    deadline = start + args.deadline_s if args.deadline_s else math.inf
     machine = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
         import torch
@@ -544,35 +565,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(f"done in {time.time() - start:.0f} s", file=sys.stderr)
 
 
-# ----------------------------------------------------------------------------------------------
-# The table, from the run directories alone
-
-
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def run_numbers(run: Path) -> dict[str, Any] | None:
-    if not (run / "metrics.jsonl").is_file():
-        return None
-    records = read_jsonl(run / "metrics.jsonl")
-    evals = [r for r in records if r.get("split") == "valid"]
-    steps = [r for r in records if "elapsed" in r and r.get("split") is None]
-    valid = json.loads((run / "eval-valid.json").read_text()) if (run / "eval-valid.json").is_file() else {}
-    test = json.loads((run / "eval-test.json").read_text()) if (run / "eval-test.json").is_file() else {}
-    epochs = evals[-1]["epoch"] if evals else 0
-    elapsed = steps[-1]["elapsed"] if steps else None
-    return {
-        "finished": finished(run),
-        "ended": ended(run),
-        "epochs": len(evals),
-        "valid_curve": [math.exp(r["loss"]) for r in evals],
-        "valid_ppl": valid.get("ppl"),
-        "test_ppl": test.get("ppl"),
-        "induced_test_ppl": test.get("induced", {}).get("test", {}).get("induced_ppl"),
-        "kn_test_ppl": test.get("induced", {}).get("test", {}).get("kn_ppl"),
-        "seconds_per_epoch": elapsed / max(len(evals), 1) if elapsed is not None and epochs else None,
-    }
 
 
 def cmd_archive(args: argparse.Namespace) -> None:
@@ -593,163 +587,36 @@ def scored(run: Path) -> bool:
 
 
 def archive_ended(run: Path, records: Path, jobs: list[dict[str, Any]]) -> None:
-    """Archive ``run`` with the driver's job records of it if it ended by itself and was scored (a
-    baseline with its best weights, which the continuations start from); else leave it out, saying so."""
+    """Archive ``run`` with the driver's job records of it if it ended by itself and was scored, without
+    weights (of a baseline, the sha256 of its best weights, which its continuations are checked against);
+    else leave it out, saying so."""
     if not finished(run) or not scored(run):
         print(f"{run.name}: not ended and scored, left out", file=sys.stderr)
         return
     jobs = [job for job in jobs if job.get("run") == run.name]
-    weights = run.name.startswith("baseline-") and has_best(run)
     meta: dict[str, Any] = {"jobs": jobs}
+    if run.name.startswith("baseline-") and has_best(run):
+        meta["best_weights_sha256"] = weights_sha256(run)
     source = init_from(jobs[-1]["command"]) if jobs else None
     sha = weights_sha256(source) if source is not None else None
     if sha:
         meta["continued_from"] = {"init_from": str(source), "model_sha256": sha}
     try:
-        target = archive_run(run, records, meta, weights=weights)
+        target = archive_run(run, records, meta)
     except InfolmError as failure:
         raise SystemExit(str(failure)) from None
     print(f"{run.name}: archived in {target}", file=sys.stderr)
 
 
 def cmd_table(args: argparse.Namespace) -> None:
-    out = Path(args.out)
-    arms = ["baseline", *ARMS]
-    numbers: dict[str, list[tuple[int, dict[str, Any]]]] = {arm: [] for arm in arms}
-    folders = [out, *(Path(folder) for folder in args.records)]
-    found_runs = runs_and_records(folders, lambda path: "-s" in path.name)
-    baselines = {run.name: weights_sha256(run) for run in found_runs if run.name.startswith("baseline-")}
-    for run in found_runs:
-        arm, seed = run.name.rsplit("-s", 1)
-        if arm != "baseline" and stale(run, baselines.get(f"baseline-s{seed}")):
-            print(f"left out: {run.name} continued other weights than baseline-s{seed}'s", file=sys.stderr)
-            continue
-        found = run_numbers(run)
-        if arm in numbers and found is not None:
-            numbers[arm].append((int(seed), found))
-    # the continuations' cost against the MLE continuation of the same seed (the baselines may have run
-    # on another machine); on a shared machine the load differs between runs: benchmarks/imm_overhead.py
-    # measures the step cost in one process
-    per_epoch = {
-        arm: {seed: found["seconds_per_epoch"] for seed, found in numbers[arm] if found["seconds_per_epoch"]}
-        for arm in ("baseline", "none")
-    }
-    lines = [
-        "| arm | seeds (early-stopped / at the epoch cap / cut) | epochs | valid ppl | test ppl | "
-        "induced bigram, test ppl | "
-        "wall per epoch / none's | paper valid / test / induced |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for arm in arms:
-        rows = [found for _, found in numbers[arm]]
-        if not rows:
-            continue
-        how = [found["ended"] for found in rows]
-        reference = per_epoch["baseline" if arm == "baseline" else "none"]
-        ratios = [
-            found["seconds_per_epoch"] / reference[seed]
-            for seed, found in numbers[arm]
-            if found["seconds_per_epoch"] and reference.get(seed)
-        ]
-        paper = PAPER.get(arm)
-        paper_cell = " / ".join("–" if x is None else f"{x}" for x in paper) if paper else "–"
-        lines.append(
-            f"| {arm} | {how.count('early-stopped')} / {how.count('capped')} / {how.count('cut')} | "
-            f"{mean_std([float(found['epochs']) for found in rows])} | "
-            f"{mean_std([found['valid_ppl'] for found in rows if found['valid_ppl']])} | "
-            f"{mean_std([found['test_ppl'] for found in rows if found['test_ppl']])} | "
-            f"{mean_std([found['induced_test_ppl'] for found in rows if found['induced_test_ppl']])} | "
-            f"{mean_std(ratios) if arm not in ('baseline', 'none') else '–' if arm == 'baseline' else '1'} | "
-            f"{paper_cell} |"
-        )
-    kn = [found["kn_test_ppl"] for arm in arms for _, found in numbers[arm] if found["kn_test_ppl"]]
-    if kn:
-        lines.append(f"| Kneser-Ney bigram (the restricted model) | – | – | – | – | {kn[0]:.2f} | – | – / – / 185.71 |")
-    print("\n".join(lines))
-    per_seed = {arm: {seed: found for seed, found in numbers[arm]} for arm in arms}
-    print("\nper seed, test ppl (valid ppl):")
-    for arm in arms:
-        cells = [
-            f"s{seed} {found['test_ppl']:.2f} ({found['valid_ppl']:.2f})"
-            + ("" if found["ended"] == "early-stopped" else f" {found['ended']}")
-            for seed, found in sorted(per_seed[arm].items())
-            if found["test_ppl"] and found["valid_ppl"]
-        ]
-        if cells:
-            print(f"  {arm}: " + ", ".join(cells))
-    print("\n" + "\n".join(paired_differences(per_seed)))
-    if args.png:
-        plot(per_seed, Path(args.png))
+    """Print the page the generator makes from the records (``python -m experiments.report imm`` writes it
+    with its curves); a run not yet archived is not on it."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from experiments.report import build
 
-
-def paired_differences(per_seed: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
-    """Each continuation minus its matched control (CONTROL) on the seeds where both ended: valid, test and
-    induced-bigram test perplexity, mean ± std over those seeds, and each seed's own difference."""
-    keys = ("valid_ppl", "test_ppl", "induced_test_ppl")
-    lines = [
-        "| arm − its matched control | seeds | valid ppl | test ppl | induced bigram, test ppl | "
-        "per seed (valid / test) |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for arm, control in CONTROL.items():
-        seeds = sorted(set(per_seed.get(arm, {})) & set(per_seed.get(control, {})))
-        if not seeds:
-            continue
-        diffs = {
-            seed: {
-                key: per_seed[arm][seed][key] - per_seed[control][seed][key]
-                for key in keys
-                if per_seed[arm][seed].get(key) is not None and per_seed[control][seed].get(key) is not None
-            }
-            for seed in seeds
-        }
-        cells = " | ".join(mean_std([diff[key] for diff in diffs.values() if key in diff], signed=True) for key in keys)
-        own = ", ".join(
-            f"s{seed} {diff['valid_ppl']:+.2f} / {diff['test_ppl']:+.2f}"
-            for seed, diff in diffs.items()
-            if "valid_ppl" in diff and "test_ppl" in diff
-        )
-        lines.append(f"| {arm} − {control} | {', '.join(map(str, seeds))} | {cells} | {own} |")
-    return lines
-
-
-def plot(per_seed: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
-    from infolm.evaluation.plots import new_figure, save_figure
-
-    fig, (axis, continued) = new_figure(ncols=2)
-    colors = {
-        "baseline": "black",
-        "none": "tab:blue",
-        "noising": "tab:orange",
-        "imm": "tab:green",
-        "imm-positions-8": "tab:red",
-        "imm-positions-8-unclipped": "tab:pink",
-        "imm-in-batch": "tab:purple",
-        "imm-released-positions-8": "tab:brown",
-        "none-halve-reload": "tab:cyan",
-    }
-    for arm, runs in per_seed.items():
-        for index, (seed, found) in enumerate(sorted(runs.items())):
-            start = 0 if arm == "baseline" else len(per_seed["baseline"].get(seed, {}).get("valid_curve", []))
-            curve = found["valid_curve"]
-            style: dict[str, Any] = {
-                "color": colors.get(arm, "grey"),
-                "label": arm if index == 0 else None,
-                "linewidth": 1,
-            }
-            axis.plot(range(start + 1, start + len(curve) + 1), curve, **style)
-            if arm != "baseline":  # the right panel: the continuations alone, from the epoch they start
-                continued.plot(range(1, len(curve) + 1), curve, marker=".", **style)
-    axis.set_xlabel("epoch")
-    axis.set_ylabel("validation perplexity")
-    axis.set_yscale("log")
-    axis.legend()
-    axis.set_title("IMM Table 2 protocol, 2x200 LSTM, PTB")
-    continued.set_xlabel("epoch of the continuation")
-    continued.set_ylabel("validation perplexity")
-    continued.legend()
-    continued.set_title("the continuations from the baselines' best weights")
-    save_figure(fig, path)
+    page = ROOT / "docs" / "reproductions" / f"{PAPER}.md"
+    print(build()[page], end="")
 
 
 def main() -> None:
@@ -757,8 +624,14 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train and score every arm")
     p.add_argument("--out", default="runs/imm-ptb-table2-converged")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the protocol's")
+    p.add_argument(
+        "--arms",
+        nargs="+",
+        default=None,
+        choices=list(ARMS),
+        help="default: the protocol's (experiments/protocols/imm.yaml); each arm's matched control is added",
+    )
     p.add_argument("--jobs", type=int, default=2, help="runs at a time")
     p.add_argument("--deadline-s", type=float, default=0, help="stop everything after this many seconds (0: never)")
     p.add_argument("--eval-reserve-s", type=float, default=0, help="seconds before the deadline kept for scoring")
@@ -775,14 +648,14 @@ def main() -> None:
     p.add_argument(
         "--retrain-baselines",
         action="store_true",
-        help="train again a baseline whose record kept no weights (its continuations need them)",
+        help="train again a recorded baseline (records keep no weights; its continuations need them)",
     )
     p.add_argument("--parked", default=str(PARKED), help="runs parked here are laid out in --out and resumed")
+    p.add_argument("--dry-run", action="store_true", help="print the runs and their commands; train nothing")
     p.set_defaults(func=cmd_train)
-    p = sub.add_parser("table", help="the table, the overheads and the curves from the run directories")
-    p.add_argument("--out", default="runs/imm-ptb-table2-converged")
-    p.add_argument("--png", default="", help="write the validation curves here")
-    p.add_argument("--records", nargs="*", default=[str(RECORDS)], help="folders of archived runs read beside --out's")
+    p = sub.add_parser(
+        "table", help="print the page generated from the records (python -m experiments.report imm writes it)"
+    )
     p.set_defaults(func=cmd_table)
     p = sub.add_parser("archive", help="copy every ended, scored run's config, log and scores into the records")
     p.add_argument("--out", default="runs/imm-ptb-table2-converged")

@@ -1,14 +1,19 @@
-"""SentenceMIM Tables 2, 6 and 7 at a CPU scale: evaluate the runs of experiments/smim_ptb_cpu.sh
-and print the markdown table of docs/results.md (paper numbers beside ours).
+"""SentenceMIM on PTB at a CPU scale: score the runs of experiments/smim_ptb_cpu.sh that the protocol
+``experiments/protocols/smim.yaml`` compares, and keep each as a record; the page
+``docs/reproductions/smim.md`` is then rebuilt from the records by ``python -m experiments.report smim``.
 
-    python experiments/smim_ptb_table2.py --runs runs/smim-ptb-cpu --seeds 0 --samples 20 --sentences 1000
+    python experiments/smim_ptb_table2.py --samples 500 --sentences 0 --proposal-floors -4 --archive
 
-For each seed, sMIM / sVAE / AE are scored on the first ``--sentences`` PTB test sentences (0: all
-of them) with ``infolm.evaluation.latent_report`` (IWAE-K bound with the model's prior, KL, MI,
-active units, BLEU-1 of greedy reconstructions, Kraskov entropy of the codes, and MELBO apart); the
-sentence LSTM LM on the same sentences with its task's evaluation. Each run's report is saved as
-``<run>/report-test-iwae<K>-<N>.json`` (``<run>/report-test-<N>.json`` for the LM; N is ``all`` for
-the whole split) and reused only for the same K and N.
+The arms and seeds are the protocol's (``--arms`` and ``--seeds`` score others, e.g. ``smim-z128``;
+``--list-arms`` prints the protocol's arms and ``--train-args ARM`` an arm's config and overrides, both for
+``smim_ptb_cpu.sh``). A latent run (task ``sentence-latent``:
+sMIM, sVAE, AE) is scored on the first ``--sentences`` PTB test sentences (0: all of them; the page reads
+the IWAE-500 reports of the whole split) with ``infolm.evaluation.latent_report`` (IWAE-K bound with the
+N(0, I) prior, KL, MI, active units, BLEU-1 of greedy reconstructions, Kraskov entropy of the codes, MELBO,
+and the bound under each widened proposal of ``--proposal-floors``); a sentence LM (task ``sentence-lm``)
+exactly, by its task's evaluation. Each run's report is saved as ``<run>/report-test-iwae<K>-<N>.json``
+(``<run>/report-test-<N>.json`` for an LM; N is ``all`` for the whole split) and reused only for the same K
+and N; one line per run says what was scored.
 
 ``--archive`` copies each run's config, log, summary and reports (no checkpoint) into
 ``experiments/records/smim-ptb-cpu/``, kept in the repository, as soon as the run is scored (a lost
@@ -25,41 +30,44 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from infolm.errors import InfolmError
-from infolm.report import format_mean_std as mean_std
 from infolm.training.checkpoint import write_json_atomic
 from infolm.training.records import archive_run, is_record
 
-RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "records" / "smim-ptb-cpu"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the repository root holds the protocols' package
+from experiments.reproduce.protocol import arms_of, load_protocol, runs_of  # noqa: E402
 
-LATENT = {
-    "smim": "sMIM (A-MIM)",
-    "svae": "sVAE (ELBO)",
-    "svae-kl": "sVAE + kl (linear annealing over 10k steps)",
-    "ae": "AE",
-    "smim-z128": "sMIM, latent 128",
-    "ae-z128": "AE, latent 128",
-    "smim-z512": "sMIM, latent 512",
-    "ae-z512": "AE, latent 512",
-}
-LMS = {  # sentence LMs, scored exactly by their task
-    "sentence-lstm": "sentence LSTM LM",
-    "gru-lm": "sentence GRU LM (sMIM's decoder without z)",
-}
-PAPER = {  # Table 2 (PTB, latent 16), Table 6 (entropy, 16D) and Table 7 (BLEU-1, 16D)
-    "smim": {"nll": "≤ 98.35 (MELBO)", "kl": "–", "bleu": "0.35", "entropy": "11.54"},
-    "svae": {"nll": "≤ 106.84 (ELBO)", "kl": "1.6", "bleu": "0.124", "entropy": "–"},
-    # no PTB "+ kl" row: "due to the small size of PTB, annealing produced over-fitting" (Sec. 4.3)
-    "svae-kl": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
-    "ae": {"nll": "–", "kl": "–", "bleu": "0.348", "entropy": "35.95"},
-    "sentence-lstm": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
-    "gru-lm": {"nll": "–", "kl": "–", "bleu": "–", "entropy": "–"},
-    # Table 2 (MELBO NLL), Table 7 (BLEU-1) and Table 6 (entropy, 128D only) at latent 128 and 512
-    "smim-z128": {"nll": "≤ 75.58 (MELBO)", "kl": "–", "bleu": "0.61", "entropy": "53.73"},
-    "ae-z128": {"nll": "–", "kl": "–", "bleu": "0.589", "entropy": "259.34"},
-    "smim-z512": {"nll": "≤ 67.46 (MELBO)", "kl": "–", "bleu": "0.679", "entropy": "–"},
-    "ae-z512": {"nll": "–", "kl": "–", "bleu": "0.637", "entropy": "–"},
-}
+RECORDS = ROOT / "experiments" / "records" / "smim-ptb-cpu"
+PAPER = "smim"  # experiments/protocols/smim.yaml
+
+
+def protocol_runs() -> tuple[list[str], list[int]]:
+    """The arms (controls first, in the protocol's order) and the seeds the protocol's comparisons read
+    from this driver's records."""
+    pairs = runs_of(load_protocol(PAPER), RECORDS.name)
+    arms = list(dict.fromkeys(arm for arm, _ in pairs))
+    seeds = sorted({seed for _, seed in pairs})
+    return arms, seeds
+
+
+def train_args(name: str) -> list[str]:
+    """An arm's training config and overrides, as the protocol declares them; an arm ``BASE-zN`` not in the
+    protocol (the larger latents of Table 7) is BASE's with ``model.latent=N``."""
+    arms = arms_of(load_protocol(PAPER), RECORDS.name)
+    base, _, latent = name.rpartition("-z") if "-z" in name and name not in arms else (name, "", "")
+    arm = arms.get(base)
+    if arm is None or not arm.config or (latent and not latent.isdigit()):
+        raise SystemExit(f"{name}: not an arm of experiments/protocols/{PAPER}.yaml (known: {', '.join(arms)})")
+    return [arm.config, *arm.overrides, *([f"model.latent={latent}"] if latent else [])]
+
+
+def is_lm(run: Path) -> bool:
+    """A sentence LM (scored exactly by its task) rather than a latent model, by the run's config."""
+    config = yaml.safe_load((run / "config.yaml").read_text()) or {}
+    return (config.get("task") or {}).get("name") == "sentence-lm"
 
 
 def report_path(run: Path, sentences: int, samples: int | None = None) -> Path:
@@ -189,7 +197,10 @@ def finished(run: Path) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="runs/smim-ptb-cpu")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the protocol's)")
+    parser.add_argument("--arms", nargs="*", default=None, help="arms to score (default: the protocol's)")
+    parser.add_argument("--list-arms", action="store_true", help="print the protocol's arms and exit")
+    parser.add_argument("--train-args", metavar="ARM", help="print the arm's config and overrides and exit")
     parser.add_argument("--samples", type=int, default=20, help="K of the IWAE bound")
     parser.add_argument("--sentences", type=int, default=1000, help="first N test sentences (0: all)")
     parser.add_argument(
@@ -204,9 +215,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.samples < 1 or args.sentences < 0:
         raise SystemExit(f"--samples must be at least 1 and --sentences 0 or more: {args.samples}, {args.sentences}")
-    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.train_args:
+        print(" ".join(train_args(args.train_args)))
+        return
+    arms, seeds = protocol_runs()
+    if args.list_arms:
+        print(" ".join(arms))
+        return
+    arms = args.arms or arms
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else seeds
     root, records = Path(args.runs), Path(args.records)
-    rows = []
 
     def keep(run: Path) -> None:
         """With ``--archive``, the run just scored is kept as a record at once (before the next is scored)."""
@@ -216,90 +234,26 @@ def main() -> None:
             except InfolmError as failure:
                 raise SystemExit(str(failure)) from None
 
-    for name, label in [*LATENT.items(), *LMS.items()]:
-        runs = [found for seed in seeds if (found := locate(root, records, f"{name}-s{seed}")) is not None]
-        runs = [run for run in runs if finished(run)]
-        if not runs:
-            continue
-        keys = (
-            "nll",
-            "tightest",
-            "words",
-            "ppl",
-            "kl",
-            "mi",
-            "au",
-            "bleu",
-            "bleu_authors",
-            "ent",
-            "melbo",
-            "melbo_words",
-        )
-        cols: dict[str, list[float]] = {k: [] for k in keys}
-        for run in runs:
-            if name in LMS:
-                values = lm_run_report(run, args.sentences)["values"]
-                keep(run)
-                cols["nll"].append(values["sentence_nll"])
-                cols["tightest"].append(values["sentence_nll"])  # exact
-                if "nll_without_eos" in values:  # per word: back to nats per sentence
-                    words = values["tokens"] - values["sentences"]
-                    cols["words"].append(values["nll_without_eos"] * words / values["sentences"])
-                cols["ppl"].append(values["ppl"])
+    ready, from_records = 0, 0
+    for name in arms:
+        for seed in seeds:
+            run = locate(root, records, f"{name}-s{seed}")
+            if run is None or not finished(run):
+                print(f"{name}-s{seed}: {'not trained' if run is None else 'training'}, not scored")
                 continue
-            report = latent_run_report(run, args.samples, args.sentences, args.proposal_floors)
+            where = "record" if is_record(run) else "run"
+            if is_lm(run):
+                lm_run_report(run, args.sentences)
+                saved = report_path(run, args.sentences)
+            else:
+                latent_run_report(run, args.samples, args.sentences, args.proposal_floors)
+                saved = report_path(run, args.sentences, args.samples)
             keep(run)
-            bounds = report["bounds"]
-            cols["au"].append(bounds["active_units"])
-            cols["bleu"].append(report["reconstruction"]["bleu1"])
-            cols["bleu_authors"].append(report["reconstruction"]["bleu1_authors"])
-            if report["latent_entropy"]["entropy"] is not None:
-                cols["ent"].append(report["latent_entropy"]["entropy"])
-            if bounds.get("deterministic"):  # an auto-encoder: no bound, rate, MI or MELBO to report
-                continue
-            cols["nll"].append(bounds["nll"])
-            widened = [report["widened"][f"{floor:g}"]["nll"] for floor in args.proposal_floors]
-            cols["tightest"].append(min([bounds["nll"], *widened]))
-            if bounds.get("nll_words") is not None:  # reports scored before the column have no such bound
-                widened_words = [report["widened"][f"{floor:g}"].get("nll_words") for floor in args.proposal_floors]
-                if all(value is not None for value in widened_words):
-                    cols["words"].append(min([bounds["nll_words"], *widened_words]))
-            cols["ppl"].append(bounds["ppl"])
-            cols["kl"].append(bounds["rate"])
-            cols["mi"].append(bounds["mutual_information"])
-            cols["melbo"].append(report["melbo"]["nll"])
-            if report["melbo"].get("nll_words") is not None:
-                cols["melbo_words"].append(report["melbo"]["nll_words"])
-        paper = PAPER[name]
-        rows.append(
-            f"| {label} | {len(runs)} | {mean_std(cols['nll'])} | {mean_std(cols['tightest'])} "
-            f"| {counted(cols['words'], len(runs))} "
-            f"| {mean_std(cols['ppl'])} | {mean_std(cols['kl'])} "
-            f"| {mean_std(cols['mi'])} | {mean_std(cols['au'], 0)} | {mean_std(cols['bleu'], 3)} "
-            f"| {mean_std(cols['bleu_authors'], 3)} "
-            f"| {mean_std(cols['ent'])} "
-            f"| {mean_std(cols['melbo'])} | {counted(cols['melbo_words'], len(runs))} "
-            f"| {paper['nll']} | {paper['kl']} | {paper['bleu']} | {paper['entropy']} |"
-        )
-    print(
-        f"| model | seeds | NLL (IWAE-{args.samples}, nats/sentence) "
-        f"| NLL, the tightest with proposal floors {args.proposal_floors or '–'} too "
-        "| the same without <eos> (the paper removes it, Sec. 4.3) "
-        "| PPL (per token, <eos> counted) | KL | MI "
-        "| active units | BLEU-1 | BLEU-1, the authors' scoring (sentence mean, <eos> kept) "
-        "| latent entropy (N(0, I): 1.419 d; 22.70 at d = 16) "
-        "| MELBO NLL (not a bound for new data) | MELBO without <eos> "
-        "| paper NLL | paper KL | paper BLEU-1 | paper entropy |"
-    )
-    print("| --- " * 18 + "|")
-    for row in rows:
-        print(row)
-
-
-def counted(values: list[float], runs: int) -> str:
-    """A cell over the runs that have the value; the number of them when that is not every run."""
-    cell = mean_std(values)
-    return cell if len(values) in (0, runs) else f"{cell} ({len(values)} of {runs} runs)"
+            ready += 1
+            from_records += where == "record"
+            print(f"{run.name}: {saved.name} ({where})")
+    page = f"python -m experiments.report {PAPER}"
+    print(f"{ready} runs with their reports ({from_records} of them records); the page: {page}")
 
 
 def locate(root: Path, records: Path, name: str) -> Path | None:

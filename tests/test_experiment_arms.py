@@ -149,128 +149,6 @@ def test_melis_converged_arms_have_equal_parameters_and_their_averagers() -> Non
     ]  # fmt: skip
 
 
-def test_melis_converged_table_counts_early_stops_and_averages_the_extras(tmp_path: Path, monkeypatch) -> None:
-    """The table says how many runs ended by early stopping and at which epoch they were best, averages the
-    extras' changes over seeds, and shows a non-finite dynamic evaluation as such instead of failing."""
-    module = experiment("melis_ptb_word")
-    monkeypatch.setattr(module, "OUT", tmp_path)
-    monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
-    done: dict[str, dict[str, object]] = {}
-    for seed, (losses, stopped) in enumerate([([5.0, 4.8, 4.9], True), ([5.1, 4.9, 4.85], False)]):
-        run = tmp_path / "converged" / f"lstm-s{seed}"
-        run.mkdir(parents=True)
-        rows = [{"step": i, "split": "valid", "loss": loss, "loss_raw": loss + 0.1} for i, loss in enumerate(losses)]
-        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        result = {"best_valid_loss": min(losses), "parameters": 7, "elapsed": 30.0, "early_stopped": stopped}
-        done[f"train/converged/lstm-s{seed}"] = {"result": result}
-        done[f"test/converged/lstm-s{seed}"] = {"result": {"ppl": 100.0 + seed}}
-        static = 4.6
-        extras = {
-            "temperature": {"test_nll_t1": static, "test_nll": static - 0.01, "temperature": 0.95},
-            "mc_dropout": {"test_nll": static + 0.02},
-            "dynamic": {"test_nll": None if seed else static - 0.1, "lr": 1e-4, "decay": 0.01, "epsilon": 1e-5},
-        }
-        done[f"extras/converged/lstm-s{seed}"] = {"result": extras}
-    table = module.converged_table(done)
-    lstm = next(line for line in table.splitlines() if line.startswith("| lstm | 7 |"))
-    assert "| 2 (1) | 3.0 ± 0.0 | 2.5 ± 0.7 |" in lstm  # one early stop; best epochs 2 and 3
-    assert "— (not finite)" in table
-    mean = next(line for line in table.splitlines() if line.startswith("| lstm: change, mean ± sd |"))
-    # temperature -1.0% for both seeds; dynamic evaluation over the finite seed only: exp(-0.1) - 1 = -9.5%
-    assert "| -1.0 ± 0.0% | 2.0 ± 0.0% | -9.5% |" in mean
-    # archived with their steps' records, the runs rebuild the same table without their run directories
-    monkeypatch.setattr(module, "LOG", tmp_path / "log.jsonl")
-    entries = [{"key": key, "rc": 0, "command": "c", "wall_s": 1.0, **value} for key, value in done.items()]
-    module.LOG.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
-    (tmp_path / "converged" / "mogrifier-s0").mkdir()  # never trained: left out
-    module.cmd_archive(None)
-    assert sorted(path.name for path in (tmp_path / "records").iterdir()) == ["lstm-s0", "lstm-s1"]
-    module.LOG.unlink()
-    import shutil
-
-    shutil.rmtree(tmp_path / "converged")
-    assert module.converged_table(module._done()) == table
-
-
-def test_melis_converged_plot_draws_only_runs_whose_training_ended(tmp_path: Path, monkeypatch) -> None:
-    """The figure in the docs shows the runs the table counts: a run still training (its directory has
-    evaluations but no ended train step) is left out, and each arm's legend entry survives a missing seed 0."""
-    import infolm.evaluation.plots as plots
-
-    module = experiment("melis_ptb_word")
-    monkeypatch.setattr(module, "OUT", tmp_path)
-    for name in ("lstm-s1", "lstm-tail-s0"):
-        run = tmp_path / "converged" / name
-        run.mkdir(parents=True)
-        rows = [{"step": i, "split": "valid", "loss": 5.0 - 0.1 * i, "loss_raw": 5.1 - 0.1 * i} for i in range(3)]
-        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    drawn: list[str | None] = []
-
-    class Axis:
-        def plot(self, *_: object, label: str | None = None, **__: object) -> None:
-            drawn.append(label)
-
-        def __getattr__(self, _: str):
-            return lambda *args, **kwargs: None
-
-    saved: list[Path] = []
-    monkeypatch.setattr(plots, "new_figure", lambda: (None, (Axis(),)))
-    monkeypatch.setattr(plots, "save_figure", lambda _, path: saved.append(path))
-    module.converged_plot(tmp_path / "plot.png", {"train/converged/lstm-s1": {"result": {}}})
-    assert drawn == ["LSTM, 2TA", "LSTM, raw"]  # lstm-tail-s0 is still training: not drawn
-    assert saved == [tmp_path / "plot.png"]
-
-
-def test_melis_tail_table_pairs_each_seed_and_counts_where_2ta_is_below(tmp_path: Path, monkeypatch) -> None:
-    """The 2TA / raw / tail table reads the raw weights from the 2TA run's ``loss_raw`` and the tail run's
-    start from ``started_at``; a seed with a run still training is left out; the mean row needs two seeds."""
-    module = experiment("melis_ptb_word")
-    monkeypatch.setattr(module, "OUT", tmp_path)
-    monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
-    done: dict[str, dict] = {}
-    for seed, shift in ((0, 0.0), (1, 0.01), (2, 0.0)):
-        two = [
-            {"split": "valid", "loss": 5.0 - 0.01 * i + shift, "loss_raw": 5.02 - 0.01 * i + shift} for i in range(30)
-        ]
-        tail = [  # the raw weights until the average starts after evaluation 27, then 0.03 nats below them
-            {"split": "valid", "loss": r["loss_raw"] - 0.03 * (i >= 27), "started_at": 100.0 if i >= 27 else -1.0}
-            for i, r in enumerate(two)
-        ]
-        for name, rows in ((f"lstm-s{seed}", two), (f"lstm-tail-s{seed}", tail)):
-            run = tmp_path / "converged" / name
-            run.mkdir(parents=True)
-            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-            if seed < 2 or name.startswith("lstm-s"):  # lstm-tail-s2 is still training
-                done[f"train/converged/{name}"] = {"result": {}}
-                done[f"test/converged/{name}"] = {"result": {"ppl": 90.0 + seed}}
-    lines = module.tail_table(done).splitlines()
-    assert [line.split(" | ")[0] for line in lines[2:]] == ["| 0", "| 1", "| mean ± sd"]
-    cells = lines[2].split(" | ")
-    last = 5.0 - 0.29
-    assert cells[3] == f"{math.exp(last + 0.02):.2f} / {math.exp(last):.2f} / {math.exp(last - 0.01):.2f}"
-    assert cells[5] == "0.0200 / 0.0300"  # nats below the raw weights at the last evaluation
-    assert cells[6] == "27 of 30"  # the tail average is ahead once it starts
-    assert cells[7] == "100 |"
-    assert lines[4].split(" | ")[4] == "90.50 ± 0.71 / 90.50 ± 0.71"
-    drawn: list[tuple[list[float], str | None]] = []
-
-    class Axis:
-        def plot(self, _: object, y: list[float], label: str | None = None, **__: object) -> None:
-            drawn.append((list(y), label))
-
-        def __getattr__(self, _: str):
-            return lambda *args, **kwargs: None
-
-    import infolm.evaluation.plots as plots
-
-    monkeypatch.setattr(plots, "new_figure", lambda: (None, (Axis(),)))
-    monkeypatch.setattr(plots, "save_figure", lambda *_: None)
-    module.tail_plot(tmp_path / "plot.png", done)
-    assert [label for _, label in drawn] == ["2TA", "tail averaging", None, None]  # seeds 0 and 1
-    assert drawn[0][0] == pytest.approx([0.02] * 30)
-    assert drawn[1][0] == pytest.approx([0.0] * 27 + [0.03] * 3)
-
-
 def test_melis_converged_archives_each_run_when_its_last_step_ends(tmp_path: Path, monkeypatch) -> None:
     """``converged`` keeps a run as a record as soon as its training, test and extras have ended, before
     the next run trains (a machine lost mid-queue keeps what ended); a run whose step failed is not kept."""
@@ -691,43 +569,53 @@ def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypat
     assert json.loads((tmp_path / "none-s1" / "train-summary.json").read_text())["early_stopped"] is True
 
 
-def test_smim_table_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys) -> None:
-    """A run found only as a record is tabled from its cached report (never loaded or scored); a record
-    without the report the settings ask for is refused with one line naming it."""
+def test_smim_driver_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A run found only as a record is taken from its cached report (never loaded or scored), an LM's by
+    its task; a record without the report the settings ask for is refused with one line naming it. The
+    arms are the protocol's unless named."""
     module = experiment("smim_ptb_table2")
     records = tmp_path / "records"
-    bounds = {"nll": 160.0, "ppl": 1300.0, "rate": 70.0, "mutual_information": 69.0, "active_units": 16}
-    bounds["nll_words"] = 158.0  # the same draws with <eos> left out
-    report = {
-        "bounds": bounds,
-        "reconstruction": {"bleu1": 0.34, "bleu1_authors": 0.37},
-        "latent_entropy": {"entropy": 4.1},
-        "melbo": {"nll": 101.0, "nll_words": 100.5},
-        "widened": {"-4": {"nll": 123.0, "nll_words": 121.0}},
-    }
-    # 10 sentences of 21 tokens, <eos> included: 200 words at 0.5 nats each are 10 nats per sentence
-    lm = {"sentence_nll": 107.0, "ppl": 132.0, "nll_without_eos": 0.5, "tokens": 210, "sentences": 10}
-    for name, file, payload in (
-        ("smim-s0", "report-test-iwae500-all.json", report),
-        ("sentence-lstm-s0", "report-test-all.json", {"values": lm}),
+    report = {"bounds": {"nll": 160.0}, "melbo": {"nll": 101.0}, "widened": {"-4": {"nll": 123.0}}}
+    lm = {"sentence_nll": 107.0, "ppl": 132.0}
+    for name, task, file, payload in (
+        ("smim-s0", "sentence-latent", "report-test-iwae500-all.json", report),
+        ("sentence-lstm-s0", "sentence-lm", "report-test-all.json", {"values": lm}),
     ):
         run = records / name
         run.mkdir(parents=True)
-        (run / "config.yaml").write_text("run:\n  seed: 0\n")
+        (run / "config.yaml").write_text(f"run:\n  seed: 0\ntask:\n  name: {task}\n")
         (run / "train-summary.json").write_text("{}")
         (run / "record.json").write_text("{}")
         (run / file).write_text(json.dumps(payload))
     argv = ["smim_ptb_table2.py", "--runs", str(tmp_path / "none"), "--records", str(records), "--samples", "500"]
-    monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "0", "--proposal-floors", "-4"])
+    monkeypatch.setattr(sys, "argv", [*argv, "--seeds", "0", "--sentences", "0", "--proposal-floors", "-4"])
     module.main()
-    rows = capsys.readouterr().out.splitlines()
-    smim = next(row for row in rows if row.startswith("| sMIM (A-MIM) |"))
-    assert "| 1 | 160.00 | 123.00 | 121.00 | 1300.00 |" in smim and "| 0.340 | 0.370 |" in smim
-    assert "| 101.00 | 100.50 |" in smim
-    assert any(row.startswith("| sentence LSTM LM | 1 | 107.00 | 107.00 | 10.00 | 132.00 |") for row in rows)
-    monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000"])
+    printed = capsys.readouterr().out.splitlines()
+    assert "smim-s0: report-test-iwae500-all.json (record)" in printed
+    assert "sentence-lstm-s0: report-test-all.json (record)" in printed
+    assert "svae-s0: not trained, not scored" in printed  # an arm of the protocol without a run
+    assert "2 runs with their reports (2 of them records); the page: python -m experiments.report smim" in printed
+    monkeypatch.setattr(sys, "argv", [*argv, "--list-arms"])
+    module.main()
+    listed = capsys.readouterr().out.split()
+    assert {"smim", "svae", "svae-kl", "ae", "sentence-lstm", "gru-lm"} == set(listed)
+    monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000", "--arms", "smim", "--seeds", "0"])
     with pytest.raises(SystemExit, match="smim-s0 is a record without report-test-iwae500-1000.json"):
         module.main()
+
+
+def test_smim_driver_trains_each_arm_with_the_protocols_config() -> None:
+    """smim_ptb_cpu.sh trains each arm with the config and overrides the protocol declares; BASE-zN (the larger
+    latents of Table 7) is BASE's with model.latent=N; a name the protocol does not know is refused."""
+    module = experiment("smim_ptb_table2")
+    assert module.train_args("smim") == ["configs/ptb/smim-cpu.yaml"]
+    kl = module.train_args("svae-kl")
+    assert kl[0] == "configs/ptb/svae-cpu.yaml" and "objective.elbo.anneal=linear" in kl
+    assert module.train_args("ae-z128") == ["configs/ptb/ae-cpu.yaml", "model.latent=128"]
+    for arm, _ in module.runs_of(module.load_protocol("smim"), "smim-ptb-cpu"):
+        assert (ROOT / module.train_args(arm)[0]).is_file()
+    with pytest.raises(SystemExit, match="bogus: not an arm"):
+        module.train_args("bogus")
 
 
 def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -758,20 +646,22 @@ def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, mo
     assert seen == [[], ["smim-s0"]]
     assert sorted(path.name for path in records.iterdir()) == ["smim-s0", "smim-s1"]
     assert (records / "smim-s1" / "report-test-iwae20-1000.json").is_file()
-    assert "| sMIM (A-MIM) | 2 |" in capsys.readouterr().out
+    assert "smim-s1: report-test-iwae20-1000.json (run)" in capsys.readouterr().out.splitlines()
 
 
 def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None:
-    """An ended, scored run archived as a record rebuilds the same table row without its run directory;
-    ``train`` does not train a recorded run again, and skips (saying why) a continuation whose baseline is
-    only a record: there are no weights to continue from."""
+    """An ended, scored run is archived as a record with its scores and no weights; ``train`` does not
+    train a recorded run again, and skips (saying why) a continuation whose baseline is only a record:
+    there are no weights to continue from, until ``--retrain-baselines`` trains the baseline again."""
     import argparse
 
     module = experiment("imm_ptb_table2_converged")
     out, records = tmp_path / "out", tmp_path / "records"
     for name, ppl in (("baseline-s0", 92.0), ("none-s0", 89.0), ("noising-s1", 88.0)):
         run = out / name
-        run.mkdir(parents=True)
+        (run / "checkpoints" / "best").mkdir(parents=True)
+        (run / "checkpoints" / "best" / "model.safetensors").write_bytes(name.encode())
+        (run / "vocab.json").write_text('["<unk>"]')
         log = [{"step": 1, "epoch": 0, "split": "valid", "loss": math.log(ppl)}, {"step": 2, "elapsed": 30.0}]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
         (run / "config.yaml").write_text("train:\n  epochs: 20\n")
@@ -781,12 +671,15 @@ def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None
             (run / "eval-test.json").write_text(json.dumps({"ppl": ppl - 3}))
     module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(tmp_path / "parked")))
     assert sorted(path.name for path in records.iterdir()) == ["baseline-s0", "none-s0"]
-    module.cmd_table(argparse.Namespace(out=str(out), records=[], png=""))
-    live = capsys.readouterr().out
-    module.cmd_table(argparse.Namespace(out=str(tmp_path / "gone"), records=[str(records)], png=""))
-    from_records = capsys.readouterr().out
-    row = next(line for line in live.splitlines() if line.startswith("| none |"))
-    assert row in from_records.splitlines() and "| 89.00 | 86.00 |" in row
+    assert json.loads((records / "none-s0" / "eval-test.json").read_text()) == {"ppl": 86.0}
+    kept = sorted(str(path.relative_to(records)) for path in records.rglob("*") if path.is_file())
+    assert not any("checkpoints" in name or name.endswith(("vocab.json", ".safetensors")) for name in kept)
+    baseline = json.loads((records / "baseline-s0" / "record.json").read_text())
+    assert "weights" not in baseline
+    assert baseline["best_weights_sha256"] == module.sha256_file(
+        out / "baseline-s0" / "checkpoints" / "best" / "model.safetensors"
+    )
+    assert module.weights_sha256(records / "baseline-s0") == baseline["best_weights_sha256"]
 
     def job(name: str, after: str | None = None) -> object:
         code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
@@ -803,45 +696,28 @@ def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None
     assert trained == ["baseline-s0", "noising-s0"]  # the baseline again, then what continues it; none is a record
 
 
-def test_imm_driver_continues_from_a_baseline_record_that_kept_its_weights(tmp_path: Path) -> None:
-    """``archive`` keeps a baseline's best weights (and only a baseline's): a seed whose baseline is only
-    such a record has its continuations started from the record, on a machine that never trained it."""
+def test_imm_driver_continues_from_the_baseline_it_trains_beside(tmp_path: Path) -> None:
+    """Records keep no weights, so a seed's continuations start from its baseline under ``--out``, also
+    when the baseline is a record; the matched control of an arm asked for is trained with it."""
     module = experiment("imm_ptb_table2_converged")
-    out, records = tmp_path / "out", tmp_path / "records"
-    for name in ("baseline-s0", "none-s0"):
-        run = out / name
-        (run / "checkpoints" / "best").mkdir(parents=True)
-        (run / "checkpoints" / "best" / "model.safetensors").write_bytes(name.encode())
-        (run / "vocab.json").write_text('["<unk>"]')
-        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "split": "valid", "loss": 4.5}) + "\n")
-        (run / "train-summary.json").write_text(json.dumps({"epoch": 3, "early_stopped": True}))
-        for split in ("valid", "test"):
-            (run / f"eval-{split}.json").write_text(json.dumps({"ppl": 90.0}))
-    module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(tmp_path / "parked")))
-    assert (records / "baseline-s0" / "checkpoints" / "best" / "model.safetensors").read_bytes() == b"baseline-s0"
-    assert not (records / "none-s0" / "checkpoints").exists()
     new = tmp_path / "new"
-    new.mkdir()
-    assert module.continued_from(new, records, 0) == records / "baseline-s0"
-    assert module.continued_from(new, records, 1) == new / "baseline-s1"  # no record: the run to be trained
-    command = module.train_command(new, "noising", 0, [], module.continued_from(new, records, 0))
-    assert f"run.init_from={records / 'baseline-s0'}" in command
-
-    def job(name: str, after: str | None = None) -> object:
-        code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
-        arm = name.rsplit("-s", 1)[0]
-        return module.Job(name, arm, 0, [sys.executable, "-c", code, str(new / name)], after=after)
-
-    jobs = [job("baseline-s0"), job("none-s0", "baseline-s0"), job("noising-s0", "baseline-s0")]
-    module.run_jobs(jobs, 1, math.inf, new, tmp_path / "jobs.jsonl", records=records)
-    assert sorted(path.name for path in new.iterdir() if path.is_dir()) == ["noising-s0"]  # the others are records
+    assert module.continued_from(new, 0) == new / "baseline-s0"
+    command = module.train_command(new, "noising", 0, [], module.continued_from(new, 0))
+    assert f"run.init_from={new / 'baseline-s0'}" in command
+    control = {"noising": "none", "imm-released-positions-8": "none-halve-reload", "none": "baseline"}
+    assert module.with_controls(["imm-released-positions-8", "noising", "none"], control) == [
+        "none-halve-reload",
+        "imm-released-positions-8",
+        "none",
+        "noising",
+    ]
 
 
 def test_imm_driver_trains_again_a_continuation_of_other_weights_than_its_baseline(tmp_path: Path, capsys) -> None:
     """That continuations start from the same checkpoint is checked: a continuation's job record and
-    record keep the sha256 of the weights it started from; once its seed's baseline holds other weights
-    (trained again), ``train`` trains the continuation again and ``table`` leaves its record out, while a
-    continuation of the baseline's weights stays a record."""
+    record keep the sha256 of the weights it started from, a baseline's record that of its best weights
+    (not the weights); once its seed's baseline holds other weights (trained again), ``train`` trains the
+    continuation again, while a continuation of the baseline's weights stays a record."""
     module = experiment("imm_ptb_table2_converged")
     out, records = tmp_path / "out", tmp_path / "records"
 
@@ -882,26 +758,21 @@ def test_imm_driver_trains_again_a_continuation_of_other_weights_than_its_baseli
     noising = json.loads((records / "noising-s0" / "record.json").read_text())
     noising["jobs"][0]["init_sha256"] = noising["continued_from"]["model_sha256"] = again
     (records / "noising-s0" / "record.json").write_text(json.dumps(noising))
-    shutil.rmtree(out)
-    out.mkdir()
-    module.cmd_table(argparse.Namespace(out=str(out), records=[str(records)], png=""))
-    printed = capsys.readouterr()
-    assert "left out: none-s0 continued other weights than baseline-s0's" in printed.err
-    assert not any(row.startswith("| none |") for row in printed.out.splitlines())
-    assert any(row.startswith("| noising |") for row in printed.out.splitlines())
 
-    def job(name: str) -> object:
+    def job(name: str) -> object:  # the continuations start from the baseline trained again, under out
         code = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True); print('{\"epoch\": 1}')"
         if name.startswith("baseline"):
             return module.Job(name, "baseline", 0, [sys.executable, "-c", code, str(out / name)])
-        command = [sys.executable, "-c", code, str(out / name), f"run.init_from={records / 'baseline-s0'}"]
+        command = [sys.executable, "-c", code, str(out / name), f"run.init_from={out / 'baseline-s0'}"]
         return module.Job(name, name.rsplit("-s", 1)[0], 0, command, after="baseline-s0")
 
     jobs = [job("baseline-s0"), job("none-s0"), job("noising-s0")]
-    module.run_jobs(jobs, 1, math.inf, out, out / "jobs.jsonl", records=records)
-    assert sorted(path.name for path in out.iterdir() if path.is_dir()) == ["none-s0"]  # noising is a record
+    log = tmp_path / "again.jsonl"
+    module.run_jobs(jobs, 1, math.inf, out, log, records=records)
+    trained = sorted(path.name for path in out.iterdir() if path.is_dir())
+    assert trained == ["baseline-s0", "none-s0"]  # noising is a record, the baseline one too
     assert "none-s0: its record continued other weights than" in capsys.readouterr().err
-    started = module.read_jsonl(out / "jobs.jsonl")
+    started = module.read_jsonl(log)
     assert [line["init_sha256"] for line in started] == [again]  # the job record keeps what it started from
 
 
@@ -930,7 +801,7 @@ def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Pat
     (records / "baseline-s1").mkdir(parents=True)
     (records / "baseline-s1" / "train-summary.json").write_text("{}")
     module.drop_parked(parked, records)
-    assert (parked / "baseline-s1").is_dir()  # a baseline recorded without weights is being trained again
+    assert (parked / "baseline-s1").is_dir()  # another run of it is recorded: this one is being trained again
     (out / "baseline-s1" / "train-summary.json").write_text("{}")
     for split in ("valid", "test"):
         (out / "baseline-s1" / f"eval-{split}.json").write_text(json.dumps({"ppl": 90.0}))
@@ -940,7 +811,7 @@ def test_imm_driver_parks_what_has_not_ended_and_lays_it_out_again(tmp_path: Pat
     (out / "baseline-s1" / "vocab.json").write_text('["<unk>"]')
     shutil.rmtree(records / "baseline-s1")
     module.cmd_archive(argparse.Namespace(out=str(out), records=str(records), parked=str(parked)))
-    assert not any(parked.iterdir())  # its record keeps the weights now: the parked copy is dropped
+    assert not any(parked.iterdir())  # its record is the parked run, ended: the parked copy is dropped
 
 
 @pytest.mark.parametrize("recorded", [True, False])
@@ -984,26 +855,36 @@ def test_imm_driver_waits_for_a_baseline_the_other_lane_trains(recorded: bool, t
     assert "skipping noising-s0" not in capsys.readouterr().err
 
 
-def test_table2_paired_differences_pair_each_arm_with_its_control_seed_by_seed() -> None:
-    """Arm minus matched control on the seeds both ended: the released recipe against the same-schedule MLE
-    run, the plateau-schedule arms against ``none``; a seed with one side missing is left out."""
+def test_table2_driver_reads_its_arms_seeds_and_controls_from_the_protocol() -> None:
+    """The driver trains what experiments/protocols/imm.yaml declares for its records: every arm there is
+    one it can train, and each arm is paired with the control its comparison names."""
     module = experiment("imm_ptb_table2_converged")
+    seeds, arms, control = module.declared()
+    assert seeds == [0, 1, 2]
+    assert set(arms) <= set(module.ARMS) and "baseline" not in arms
+    assert {"none", "noising", "imm-positions-8", "none-halve-reload", "imm-released-positions-8"} <= set(arms)
+    assert control["noising"] == control["imm-positions-8"] == "none"
+    assert control["imm-released-positions-8"] == "none-halve-reload"
+    assert arms.index("none") < arms.index("noising") and arms.index("none-halve-reload") < arms.index(
+        "imm-released-positions-8"
+    )
 
-    def scores(valid: float, test: float, induced: float | None) -> dict[str, float | None]:
-        return {"valid_ppl": valid, "test_ppl": test, "induced_test_ppl": induced}
 
-    per_seed = {
-        "none": {0: scores(90.0, 85.0, 170.0), 1: scores(89.0, 84.0, 171.0)},
-        "noising": {0: scores(89.0, 84.5, None), 1: scores(88.0, 84.5, None), 2: scores(80.0, 80.0, None)},
-        "none-halve-reload": {1: scores(91.0, 86.0, 170.0)},
-        "imm-released-positions-8": {0: scores(88.0, 84.0, 169.0), 1: scores(89.0, 85.0, 169.5)},
-    }
-    lines = module.paired_differences(per_seed)
-    noising = next(line for line in lines if line.startswith("| noising − none |"))
-    assert noising == "| noising − none | 0, 1 | -1.00 ± 0.00 | +0.00 ± 0.71 | – | s0 -1.00 / -0.50, s1 -1.00 / +0.50 |"
-    released = next(line for line in lines if line.startswith("| imm-released-positions-8 − none-halve-reload |"))
-    assert released == "| imm-released-positions-8 − none-halve-reload | 1 | -2.00 | -1.00 | -0.50 | s1 -2.00 / -1.00 |"
-    assert not any(line.startswith("| imm-positions-8 −") for line in lines)  # no runs: no row
+def test_table2_driver_dry_run_lists_the_protocol_runs_and_writes_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``train --dry-run`` prints each run the protocol asks for (an arm named brings its matched control),
+    whether it is recorded, and its command; it creates, lays out and drops nothing."""
+    module = experiment("imm_ptb_table2_converged")
+    out, parked = tmp_path / "out", tmp_path / "parked"
+    (parked / "none-s1").mkdir(parents=True)
+    argv = ["driver", "train", "--dry-run", "--out", str(out), "--parked", str(parked), "--records", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--arms", "imm-released-positions-8", "--seeds", "1"])
+    module.main()
+    printed = capsys.readouterr()
+    names = [line.split(" ", 1)[0] for line in printed.out.splitlines()]
+    assert names == ["baseline-s1", "none-halve-reload-s1", "imm-released-positions-8-s1"]
+    assert all("(to train)" in line for line in printed.out.splitlines())
+    assert "none-halve-reload: the matched control" in printed.err
+    assert not out.exists() and (parked / "none-s1").is_dir()
 
 
 def test_table5_1_train_defaults_to_the_protocols_runs() -> None:

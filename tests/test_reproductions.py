@@ -105,6 +105,46 @@ def test_a_bad_protocol_names_its_file(tmp_path: Path) -> None:
         load_pages(tmp_path)
 
 
+def test_mean_curve_stops_the_full_mean_where_a_seed_ends() -> None:
+    """The learning curve's mean over seeds is drawn apart once a seed's run has ended (early stopping):
+    past that epoch it is the mean of fewer seeds."""
+    from experiments.reproduce.figures import mean_curve
+    from experiments.reproduce.records import Record
+
+    def record(name: str, values: list[float]) -> Record:
+        curve = [{"epoch": epoch, "split": "valid", "ppl": value} for epoch, value in enumerate(values, 1)]
+        return Record(name=name, data={}, curve=curve)
+
+    full, fewer = mean_curve([record("a-s0", [10.0, 8.0, 7.0]), record("a-s1", [12.0, 10.0])], "ppl")
+    assert full == [(1.0, 11.0), (2.0, 9.0)]
+    assert fewer == [(3.0, 7.0)]
+    assert mean_curve([record("a-s0", []), record("a-s1", [5.0])], "ppl") == ([(1.0, 5.0)], [])
+
+
+def test_two_arms_of_one_run_pair_within_it(tmp_path: Path) -> None:
+    from experiments.reproduce.protocol import Arm, Comparison, Metric
+    from experiments.reproduce.render import evaluate
+
+    for seed, (static, dynamic) in enumerate([(4.6, 4.4), (4.7, 4.45), (4.65, 4.5)]):
+        folder = tmp_path / "runs" / f"lm-s{seed}"
+        folder.mkdir(parents=True)
+        (folder / "eval-test.json").write_text(json.dumps({"nll": static, "dynamic": {"nll": dynamic}}))
+    comparison = Comparison(
+        id="c",
+        title="t",
+        claim="c",
+        protocol="p",
+        records="runs",
+        seeds=[0, 1, 2],
+        metrics=[Metric(name="nll", path="eval-test.nll")],
+        control=Arm(arm="lm", label="static"),
+        arms=[Arm(arm="lm", label="dynamic", paths={"nll": "eval-test.dynamic.nll"})],
+    )
+    result = evaluate(comparison, tmp_path)
+    assert result.arms[0].paired["nll"].diffs == pytest.approx([-0.2, -0.25, -0.15])
+    assert result.arms[0].verdict == stats.REPRODUCED
+
+
 def test_an_arm_may_read_its_own_path_and_a_metric_may_be_scaled_per_token(tmp_path: Path) -> None:
     """An arm whose score file differs (an exact LM beside IWAE-scored latent runs) names its own path for a
     metric; ``times`` and ``over`` turn a per-sentence number into a per-token one; a missing factor is no value."""

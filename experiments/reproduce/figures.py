@@ -4,7 +4,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from experiments.reproduce.records import Record
 from experiments.reproduce.render import ComparisonResult
+
+
+def mean_curve(records: list[Record], field_name: str) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """The mean over seeds of valid ``field_name`` by epoch, split where a seed's run ends: the epochs that
+    every run with a curve reached, then the later ones (the mean of fewer seeds, drawn apart: where early
+    stopping ends some seeds first, the rest of the line is no longer the same mean)."""
+    by_epoch: dict[float, list[float]] = {}
+    runs = 0
+    for record in records:
+        points = [
+            (float(line["epoch"]), float(line[field_name]))
+            for line in record.curve
+            if isinstance(line.get(field_name), (int, float)) and isinstance(line.get("epoch"), (int, float))
+        ]
+        runs += bool(points)
+        for epoch, value in points:
+            by_epoch.setdefault(epoch, []).append(value)
+    full, fewer = [], []
+    for epoch in sorted(by_epoch):
+        values = by_epoch[epoch]
+        (full if len(values) == runs else fewer).append((epoch, sum(values) / len(values)))
+    return full, fewer
 
 
 def write_curve(result: ComparisonResult, path: Path) -> bool:
@@ -20,16 +43,20 @@ def write_curve(result: ComparisonResult, path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     drawn = False
     for arm in arms:
-        by_epoch: dict[float, list[float]] = {}
-        for record in arm.records:
-            for line in record.curve:
-                if isinstance(line.get(field_name), (int, float)) and "epoch" in line:
-                    by_epoch.setdefault(float(line["epoch"]), []).append(float(line[field_name]))
-        if not by_epoch:
+        full, fewer = mean_curve(arm.records, field_name)
+        if not full and not fewer:
             continue
-        epochs = sorted(by_epoch)
-        means = [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs]
-        ax.plot(epochs, means, marker=".", label=arm.arm.label + (" (control)" if arm is result.control else ""))
+        label = arm.arm.label + (" (control)" if arm is result.control else "")
+        (line,) = ax.plot([e for e, _ in full], [m for _, m in full], marker=".", label=label)
+        if fewer:  # after a seed's run ended: the mean of the seeds still running, joined dotted
+            joined = full[-1:] + fewer
+            ax.plot(
+                [e for e, _ in joined],
+                [m for _, m in joined],
+                linestyle=":",
+                color=line.get_color(),
+                label=f"{label}, fewer seeds",
+            )
         drawn = True
     if not drawn:
         plt.close(fig)

@@ -37,7 +37,10 @@ class Arm:
     expect: str | None = None  # lower | higher: the paper's direction when it gives no number
     config: str | None = None  # the arm's training config, for the driver
     overrides: list[str] = field(default_factory=list)  # dotted overrides on top of config, for the driver
-    paths: dict[str, str] = field(default_factory=dict)  # metric name -> this arm's own path (its score file differs)
+    paths: dict[str, str] = field(default_factory=dict)  # metric name -> this arm's own path (a within-run arm)
+    # an arm chosen per seed among these arms, by the best value of the metric ``select_by`` (held-out data)
+    select: list[str] = field(default_factory=list)
+    select_by: str | None = None
 
 
 @dataclass
@@ -92,9 +95,13 @@ def _arm(raw: Any, where: str) -> Arm:
     overrides = raw.get("overrides") or []
     if not isinstance(overrides, list):
         raise ProtocolError(f"{where}: overrides is a list of key=value strings")
-    paths = raw.get("paths") or {}
-    if not isinstance(paths, dict):
-        raise ProtocolError(f"{where}: paths is a mapping from metric name to a dotted path")
+    select = raw.get("select")
+    among: list[str] = []
+    by: str | None = None
+    if select is not None:
+        if not isinstance(select, dict) or not isinstance(select.get("among"), list) or len(select["among"]) < 2:
+            raise ProtocolError(f"{where}: select is a mapping with 'among' (two arms or more) and 'by' (a metric)")
+        among, by = [str(name) for name in select["among"]], str(_need(select, "by", f"{where} select"))
     return Arm(
         arm=arm,
         label=str(raw.get("label", arm)),
@@ -102,7 +109,9 @@ def _arm(raw: Any, where: str) -> Arm:
         expect=expect,
         config=raw.get("config"),
         overrides=[str(o) for o in overrides],
-        paths={str(k): str(v) for k, v in paths.items()},
+        paths={str(k): str(v) for k, v in (raw.get("paths") or {}).items()},
+        select=among,
+        select_by=by,
     )
 
 
@@ -134,8 +143,11 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
     if not metrics:
         raise ProtocolError(f"{where}: at least one metric")
     control = _arm(raw["control"], f"{where} control") if raw.get("control") else None
-    names = {m.name for m in metrics}
-    for arm in ([control] if control else []) + [_arm(a, f"{where} arms") for a in _need(raw, "arms", where)]:
+    arms = [_arm(a, f"{where} arms") for a in _need(raw, "arms", where)]
+    names = {metric.name for metric in metrics}
+    for arm in [*arms, *([control] if control else [])]:
+        if arm.select and arm.select_by not in names:
+            raise ProtocolError(f"{where}: arm '{arm.arm}' selects by '{arm.select_by}', which is no metric of it")
         unknown = sorted(set(arm.paths) - names)
         if unknown:
             raise ProtocolError(f"{where} arm '{arm.arm}': paths names no metric: {', '.join(unknown)}")
@@ -147,7 +159,7 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
         records=str(_need(raw, "records", where)),
         seeds=[int(s) for s in _need(raw, "seeds", where)],
         metrics=metrics,
-        arms=[_arm(a, f"{where} arms") for a in _need(raw, "arms", where)],
+        arms=arms,
         control=control,
         headline=bool(raw.get("headline", False)),
         tolerance=None if raw.get("tolerance") is None else float(raw["tolerance"]),
@@ -198,25 +210,30 @@ def load_protocol(paper: str, folder: Path = PROTOCOLS) -> Page:
 
 
 def arms_of(page: Page, records: str | None = None) -> dict[str, Arm]:
-    """Every arm a page reads (controls included), by name, optionally of one record folder; for drivers."""
+    """Every arm a page reads (controls included), by name, optionally of one record folder; for drivers.
+    An arm that selects among others is left out: it has no runs of its own."""
     found: dict[str, Arm] = {}
     for comparison in page.comparisons:
         if records is None or comparison.records == records:
             for arm in ([comparison.control] if comparison.control else []) + comparison.arms:
+                if arm.select:
+                    continue
                 if arm.arm not in found or (found[arm.arm].config is None and arm.config is not None):
                     found[arm.arm] = arm
     return found
 
 
 def runs_of(page: Page, records: str | None = None) -> list[tuple[str, int]]:
-    """The (arm, seed) pairs a page reads, controls included, optionally of one record folder; for drivers."""
+    """The (arm, seed) pairs a page reads, controls included, optionally of one record folder; for drivers.
+    An arm that selects among others stands for those others (it has no runs of its own)."""
     seen: list[tuple[str, int]] = []
     for comparison in page.comparisons:
         if records is not None and comparison.records != records:
             continue
         arms = ([comparison.control] if comparison.control else []) + comparison.arms
         for arm in arms:
-            for seed in comparison.seeds:
-                if (arm.arm, seed) not in seen:
-                    seen.append((arm.arm, seed))
+            for name in arm.select or [arm.arm]:
+                for seed in comparison.seeds:
+                    if (name, seed) not in seen:
+                        seen.append((name, seed))
     return seen

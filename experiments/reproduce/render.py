@@ -21,6 +21,7 @@ class ArmResult:
     paired: dict[str, stats.Paired] = field(default_factory=dict)
     verdict: str = stats.NO_RECORD
     records: list[Record] = field(default_factory=list)
+    unchosen: dict[int, list[str]] = field(default_factory=dict)  # an arm that selects: seed -> runs without record
 
 
 @dataclass
@@ -31,25 +32,42 @@ class ComparisonResult:
 
 
 def _value(record: Record, metric: Metric, arm: Arm | None = None) -> float | None:
-    """The metric's number in ``record``: at the arm's own path where it names one, times the number at
-    ``metric.times`` and over the one at ``metric.over`` where given, then transformed; None where any is missing."""
-    value = record.get(arm.paths.get(metric.name, metric.path) if arm else metric.path)
-    for path, exponent in ((metric.times, 1), (metric.over, -1)):
-        if path is None:
+    """The metric of one record, read at the arm's own path where it has one (two arms of one run), times the
+    number at ``metric.times`` and over the one at ``metric.over`` where given (None where any is missing)."""
+    path = arm.paths.get(metric.name, metric.path) if arm is not None else metric.path
+    value = record.get(path)
+    for factor_path, exponent in ((metric.times, 1), (metric.over, -1)):
+        if factor_path is None:
             continue
-        factor = stats.transform(record.get(path), None)
-        value = stats.transform(value, None)
+        factor, value = stats.transform(record.get(factor_path), None), stats.transform(value, None)
         if factor is None or value is None or (exponent < 0 and factor == 0.0):
             return None
         value = value * factor if exponent > 0 else value / factor
     return stats.transform(value, metric.transform)
 
 
+def _chosen(comparison: Comparison, arm: Arm, records: dict[str, Record], seed: int) -> Record | None:
+    """The arm's record at ``seed``; for an arm that selects, the record of the arm among ``arm.select`` with
+    the best ``select_by`` value at that seed (ties: the first listed), None unless every one has that value."""
+    if not arm.select:
+        return records.get(comparison.run_name(arm.arm, seed))
+    by = next(metric for metric in comparison.metrics if metric.name == arm.select_by)
+    found = [records.get(comparison.run_name(name, seed)) for name in arm.select]
+    scores = [None if record is None else _value(record, by) for record in found]
+    if any(score is None for score in scores):
+        return None
+    sign = 1.0 if by.better == "higher" else -1.0
+    best = max(range(len(found)), key=lambda i: (sign * float(scores[i] or 0.0), -i))
+    return found[best]
+
+
 def _collect(comparison: Comparison, arm: Arm, records: dict[str, Record]) -> ArmResult:
     result = ArmResult(arm=arm)
     for seed in comparison.seeds:
-        record = records.get(comparison.run_name(arm.arm, seed))
+        record = _chosen(comparison, arm, records, seed)
         if record is None:
+            runs = [comparison.run_name(name, seed) for name in arm.select]
+            result.unchosen[seed] = [run for run in runs if run not in records]
             continue
         result.records.append(record)
         for metric in comparison.metrics:
@@ -223,6 +241,8 @@ def _runs(result: ComparisonResult) -> list[str]:
     ]
     for arm in rows:
         for record in arm.records:
+            name = record.name if not arm.arm.paths else f"{record.name} ({arm.arm.label})"
+            name = f"{arm.arm.arm}: {record.name}" if arm.arm.select else name
             values = [_num(_value(record, m, arm.arm), m.digits) for m in result.comparison.metrics]
             job = record.jobs[0] if record.jobs else None
             wall = sum(j.wall_s for j in record.jobs if j.wall_s) / 3600 if record.jobs else None
@@ -231,7 +251,7 @@ def _runs(result: ComparisonResult) -> list[str]:
             lines.append(
                 _row(
                     [
-                        record.name,
+                        name,
                         *values,
                         str(record.last_epoch) if record.last_epoch is not None else "—",
                         command.replace("|", "\\|"),
@@ -241,12 +261,15 @@ def _runs(result: ComparisonResult) -> list[str]:
                     ]
                 )
             )
-    missing = [
-        result.comparison.run_name(arm.arm.arm, seed)
-        for arm in rows
-        for seed in result.comparison.seeds
-        if seed not in {int(r.name.rsplit("-s", 1)[1]) for r in arm.records}
-    ]
+    missing: list[str] = []
+    for arm in rows:
+        recorded = {int(r.name.rsplit("-s", 1)[1]) for r in arm.records}
+        for seed in result.comparison.seeds:
+            if seed in recorded:
+                continue
+            # an arm that selects: the runs it chooses among that have no record (its own name is no run)
+            runs = arm.unchosen.get(seed, []) if arm.arm.select else [result.comparison.run_name(arm.arm.arm, seed)]
+            missing += [run for run in runs if run not in missing]
     if missing:
         lines += ["", "No record: " + ", ".join(f"`{name}`" for name in missing) + "."]
     lines += ["", "</details>"]
