@@ -67,6 +67,7 @@ class Comparison:
 class Page:
     paper: str
     title: str
+    short: str = ""  # the paper's name in the index (default: the title up to its first colon or comma)
     source: str = ""
     driver: str = ""
     intro: str = ""
@@ -186,6 +187,7 @@ def load_pages(folder: Path = PROTOCOLS) -> dict[str, Page]:
         page.files.append(path.name)
         if raw.get("title") and page.title == paper:
             page.title = str(raw["title"])
+            page.short = str(raw.get("short") or "")
             page.source = str(raw.get("source") or "")
             page.driver = str(raw.get("driver") or "")
             page.intro = str(raw.get("intro") or "").strip()
