@@ -50,7 +50,7 @@ Choices made here (the paper leaves them open for a recurrent model):
       banked states come from older parameters (up to ``bank_size`` / batch rows steps stale), only
       batch-end positions are banked (frequent contexts are over-represented among the matched
       positions) and the gradient passes one recurrent step.
-  ``benchmarks/imm_overhead.py`` measures the cost of each against an MLE step (docs/notebook/imm.md, "IMM step overhead").
+  ``benchmarks/imm_overhead.py`` measures the cost of each against an MLE step (docs/notebook/imm.md).
 * When: from the first step by default (the paper is silent); ``start_step`` and
   ``start_below_ppl`` delay the term, and ``start_lr`` resets the learning rate when it starts, as
   the authors' released code does (IMM once the validation perplexity is below 90, lr reset to 0.5).
