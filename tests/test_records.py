@@ -296,59 +296,6 @@ def test_a_cut_run_is_archived_only_when_asked_and_stays_cut(tmp_path: Path, cap
     assert list(todo) == [tmp_path / "fresh" / "dreg-16-kl-lam0.3-s0"]
 
 
-def test_a_record_keeps_the_best_weights_only_when_asked_and_checks_them(tmp_path: Path) -> None:
-    """With ``weights``, a record also keeps ``checkpoints/best`` (no training state) and the vocabulary,
-    what ``run.init_from`` reads, with the weights' sha256; ``record_weights`` finds them and refuses weights
-    that changed since. Without it (and in a record of a run without best weights) there are none."""
-    run = make_run(tmp_path / "runs" / "baseline-s0")
-    best = run / "checkpoints" / "best"
-    with pytest.raises(InfolmError, match="no best weights"):
-        records.archive_run(run, tmp_path / "records", weights=True)
-    (best / "model.safetensors").write_bytes(b"w" * 300)
-    (best / "restart.pt").write_bytes(b"r" * 300)  # training state: left out
-    plain = records.archive_run(run, tmp_path / "plain")
-    assert records.record_weights(plain) is None and not (plain / "checkpoints").exists()
-    target = records.archive_run(run, tmp_path / "records", weights=True)
-    kept = sorted(path.name for path in (target / "checkpoints" / "best").iterdir())
-    assert kept == ["meta.json", "model.safetensors"]
-    assert (target / "vocab.json").read_bytes() == (run / "vocab.json").read_bytes()
-    meta = json.loads((target / "record.json").read_text())
-    files = ["checkpoints/best/model.safetensors", "checkpoints/best/meta.json", "vocab.json"]
-    assert meta["weights"]["files"] == files
-    assert records.record_weights(target) == target and records.record_weights(run) is None
-    (target / "checkpoints" / "best" / "model.safetensors").write_bytes(b"x" * 300)
-    with pytest.raises(InfolmError, match="not the file archived"):
-        records.record_weights(target)
-
-
-def test_a_run_continues_from_a_record_with_weights_as_from_its_run(tmp_path: Path) -> None:
-    """``run.init_from`` of a record that kept its weights starts where the run ended, with the run
-    directory gone: at learning rate 0 the continuation's weights are the archived best weights."""
-    import shutil
-
-    import torch
-    from safetensors.torch import load_file
-
-    from tests.conftest import run_in_process
-
-    base = tmp_path / "runs" / "base"
-    args = ("train", "configs/tiny.yaml", f"run.dir={base}", "train.max_steps=6", "train.eval_every=6")
-    assert run_in_process(*args).returncode == 0
-    (base / "train-summary.json").write_text(json.dumps({"epoch": 1}))
-    record = records.archive_run(base, tmp_path / "records", weights=True)
-    expected = load_file(str(base / "checkpoints" / "best" / "model.safetensors"))
-    shutil.rmtree(base)
-    tuned = tmp_path / "runs" / "tuned"
-    result = run_in_process(
-        "train", "configs/tiny.yaml", f"run.dir={tuned}", f"run.init_from={record}", "train.max_steps=1",
-        "train.eval_every=1", "optim.lr=0",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    last = sorted((tuned / "checkpoints").glob("step-*"))[-1]
-    found = load_file(str(last / "model.safetensors"))
-    assert expected.keys() == found.keys() and all(torch.equal(expected[k], found[k]) for k in expected)
-
-
 def test_a_parked_run_resumes_bit_for_bit_on_a_machine_that_lost_it(tmp_path: Path) -> None:
     """A run killed mid-training, parked, its run directory deleted (a new machine) and laid out again
     from the parked copy, resumes from its latest checkpoint to the weights and log of the uninterrupted

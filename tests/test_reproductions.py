@@ -143,3 +143,12 @@ def test_two_arms_of_one_run_pair_within_it(tmp_path: Path) -> None:
     result = evaluate(comparison, tmp_path)
     assert result.arms[0].paired["nll"].diffs == pytest.approx([-0.2, -0.25, -0.15])
     assert result.arms[0].verdict == stats.REPRODUCED
+
+
+def test_records_keep_no_weights() -> None:
+    weights = [
+        path.relative_to(ROOT)
+        for path in (ROOT / "experiments" / "records").rglob("*")
+        if path.name == "checkpoints" or path.suffix in {".safetensors", ".pt", ".bin", ".ckpt", ".arpa"}
+    ]
+    assert weights == []
