@@ -35,26 +35,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = "baselines-ngram"  # the protocol's ``records`` and the folder under experiments/records
 RECORDS = ROOT / "experiments" / "records" / FOLDER
-PROTOCOL = ROOT / "experiments" / "protocols" / "baselines.yaml"
 SPLITS = ("train", "valid", "test")
 # arm -> (order, smoothing of ``infolm ngram build --method``)
 MODELS = {"kn2": (2, "modified-kn"), "kn5": (5, "modified-kn")}
 
 
-def protocol_runs(path: Path = PROTOCOL) -> list[tuple[str, int]]:
-    """The (arm, seed) pairs of the protocol's comparison whose records are this driver's."""
-    import yaml
+def protocol_runs() -> list[tuple[str, int]]:
+    """The (arm, seed) pairs that the baselines protocol reads from this driver's records."""
+    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
+        sys.path.insert(0, str(ROOT))
+    from experiments.reproduce.protocol import load_protocol, runs_of
 
-    declared = yaml.safe_load(path.read_text())
-    runs: list[tuple[str, int]] = []
-    for comparison in declared.get("comparisons", []):
-        if comparison.get("records") != FOLDER:
-            continue
-        arms = [entry["arm"] for entry in comparison.get("arms", [])]
-        if comparison.get("control"):
-            arms.insert(0, comparison["control"]["arm"])
-        runs += [(arm, int(seed)) for arm in arms for seed in comparison.get("seeds", [0])]
-    return list(dict.fromkeys(runs))
+    return runs_of(load_protocol("baselines"), records=FOLDER)
 
 
 def commit() -> str:

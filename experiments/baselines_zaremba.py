@@ -65,13 +65,15 @@ def train_and_score(arm: str, seed: int, out: Path, records: Path | None, overri
 
     name = f"{arm}-s{seed}"
     run = out / name
+    if run.resolve().is_relative_to(ROOT):  # the commands run in ROOT: the record shows no machine's path
+        run = run.resolve().relative_to(ROOT)
     infolm = [sys.executable, "-m", "infolm"]
     train = [*infolm, "train", CONFIGS[arm], f"run.dir={run}", f"run.seed={seed}", "train.progress=false", *overrides]
     jobs = [run_job(name, arm, seed, [*train, "--json"])]
     for split in ("valid", "test"):
         command = [*infolm, "evaluate", str(run), "--split", split, "--json"]
-        jobs.append(run_job(name, arm, seed, command, run / f"eval-{split}.json"))
-    scores = {split: json.loads((run / f"eval-{split}.json").read_text())["ppl"] for split in ("valid", "test")}
+        jobs.append(run_job(name, arm, seed, command, ROOT / run / f"eval-{split}.json"))
+    scores = {split: json.loads((ROOT / run / f"eval-{split}.json").read_text())["ppl"] for split in ("valid", "test")}
     print(f"{name}: valid {scores['valid']:.2f} test {scores['test']:.2f}", flush=True)
     if records is None:
         print(f"{name}: run with --set overrides, not archived (give --records to keep it)", flush=True)
@@ -80,7 +82,7 @@ def train_and_score(arm: str, seed: int, out: Path, records: Path | None, overri
 
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
     meta = {"driver": "baselines_zaremba.py", "commit": commit(), "machine": machine, "jobs": jobs}
-    print(f"{name}: archived in {archive_run(run, records, meta)}", flush=True)
+    print(f"{name}: archived in {archive_run(ROOT / run, records, meta)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
