@@ -145,8 +145,9 @@ def bmi_run(out: Path, arm: str, seed: int, scale: float) -> None:
 
 
 def test_bmi_table_from_records_equals_the_table_from_runs(tmp_path: Path, capsys) -> None:
-    """``archive`` keeps each scored run with its score file and the real-data scores; the table rebuilt
-    from the records alone is the table from the run directories; ``train`` sees a recorded arm as done."""
+    """``archive`` keeps each scored run with its score file and the real-data scores (a record folder
+    each, as the generator reads them); the per-run table rebuilt from the records alone is the table from
+    the run directories; ``train`` sees a recorded arm as done."""
     module = experiment("bmi_ptb_table2")
     out, kept = tmp_path / "runs", tmp_path / "records"
     for seed in (0, 1):
@@ -162,12 +163,14 @@ def test_bmi_table_from_records_equals_the_table_from_runs(tmp_path: Path, capsy
         return capsys.readouterr().out
 
     from_runs = table(out, [])
-    assert "| full (ours) | 2 |" in from_runs and "| full-s1 (scored) |" in from_runs
+    assert "python -m experiments.report bmi" in from_runs and "| full-s1 (scored) |" in from_runs
     module.cmd_archive(argparse.Namespace(out=out, records=kept))
     arms = ["base-s0", "base-s1", "baseline-s0", "baseline-s1", "full-s0", "full-s1"]
-    assert sorted(path.name for path in kept.iterdir()) == [*arms, "real-s0.score.json", "real-s1.score.json"]
+    assert sorted(path.name for path in kept.iterdir()) == [*arms, "real-s0", "real-s1"]
     assert module.recorded_score(kept, "full-s1") == kept / "full-s1" / "score.json"
-    assert module.recorded_score(kept, "real-s0") == kept / "real-s0.score.json"
+    assert module.recorded_score(kept, "real-s0") == kept / "real-s0" / "score.json"
+    assert json.loads((kept / "real-s0" / "score.json").read_text())["mi"] == {"mean": 1.1}
+    assert json.loads((kept / "real-s0" / "record.json").read_text())["files"] == ["score.json"]
     assert module.recorded_score(kept, "full-s2") is None
     (tmp_path / "empty").mkdir()
     assert table(tmp_path / "empty", [kept]) == from_runs
@@ -203,7 +206,7 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
     args = argparse.Namespace(out=out, seeds=[0], arms=["baseline", "full"], budget="converged", override=[])
     module.cmd_train(args)
     assert seen == [("baseline-s0", []), ("full-s0", ["baseline-s0"])]
-    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0.score.json"]
+    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0"]
     assert json.loads((kept / "full-s0" / "score.json").read_text())["test"] == {"ppl": 8.0}
     assert json.loads((kept / "full-s0" / "record.json").read_text())["commit"] == "abc1234"
     seen.clear()
@@ -215,7 +218,7 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
         argparse.Namespace(**{**vars(args), "out": tmp_path / "lr10", "seeds": [1], "override": ["optim.lr=10"]})
     )
     assert [name for name, _ in seen] == ["baseline-s1", "full-s1"]
-    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0.score.json"]
+    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0"]
     assert (kept / "full-s0" / "record.json").read_bytes() == before
 
 
