@@ -16,19 +16,25 @@ AWD-LSTM-MoS of those configs) under one of two budgets:
   alone, as Merity et al. (the thesis's 80% rule is not BMI's).
 * ``smoke``: 100 steps, switch at step 50 (the earlier table; it shows that the code runs, nothing more).
 
+The arms (control first) and seeds are those that ``experiments/protocols/bmi.yaml`` reads from this
+driver's records; the protocol's ``real`` arm (real training text) is scored, not trained.
+
 ``train`` runs the arms (resuming a run directory that was cut) and scores each finished run once,
 into ``OUT/ARM-sSEED.score.json``: valid and test perplexity of the evaluation weights (``best/``: the
 averaged weights once they beat every earlier validation) on the full splits (converged) or on the
 configs' 20,000-token prefixes (smoke); reverse perplexity (Sec. 5.1: a fresh LSTM trained on
 ``gen_tokens`` generated tokens, scored on real valid and test); the segment MI lower bound of the
-same generations and of as many real training tokens (Sec. 5.2, Table 2); the discriminator's
+same generations and of as many real training tokens (``real-sSEED``; Sec. 5.2); the discriminator's
 accuracy and minibatch MINE bound over the last tenth of training (BMI arms); the step of the
-averaging switch and of BMI-full's Phase II (the table flags a run whose switch never came or where
-the two differ). ``table`` rebuilds the tables, the time per step of each phase against the
-baseline's, and the validation curves after the switch (the paper's Fig. 2) from the run directories
-and score files::
+averaging switch and of BMI-full's Phase II. The comparison tables, against the paper's numbers and
+paired over seeds, are generated from the records: ``python -m experiments.report bmi`` writes
+``docs/reproductions/bmi.md``. ``table`` prints what the page does not show, per run (a run
+directory of ``--out`` or a record): the averaging switch and Phase II steps (flagging a run whose
+switch never came or where the two differ), the time per step of each phase against the baseline's,
+and with ``--png`` the validation curves, whole and after the switch (the paper's Fig. 2)::
 
     OMP_NUM_THREADS=1 python experiments/bmi_ptb_table2.py train --seeds 0   # OUT: runs/bmi-ptb-table2-converged
+    python -m experiments.report bmi
     python experiments/bmi_ptb_table2.py table --png docs/img/bmi_ptb_table2.png
 
 ``--out`` defaults to ``runs/bmi-ptb-table2-BUDGET``; a folder holds one budget (``train`` refuses to mix
@@ -37,7 +43,8 @@ them). Two ``train`` processes with different ``--seeds`` may share it (each wri
 A converged run takes hours, so its results are kept as records (``infolm.training.records``):
 ``train`` copies each converged run's config, log and summary with its score file (as ``score.json``),
 and the real-data scores, into ``experiments/records/bmi-ptb-table2-BUDGET/`` as soon as they are scored
-(a machine lost before the next commit still leaves them in the working tree); ``archive`` does the
+(a machine lost before the next commit still leaves them in the working tree; the real-text scores as
+``real-sSEED/score.json``); ``archive`` does the
 same for every scored run of ``--out`` (the smoke budget's, or runs scored before). ``train`` does not train
 a recorded arm again, and ``table`` reads the records beside ``--out``'s runs (a run directory stands
 for a record of the same name)::
@@ -68,7 +75,6 @@ from infolm.errors import InfolmError
 from infolm.evaluation.mi import MIEstimatorConfig, estimate_segment_mi, generate_texts
 from infolm.evaluation.perplexity import evaluate_split, stream_nll
 from infolm.evaluation.reverse_ppl import ReversePPLConfig, train_fresh_lm
-from infolm.report import format_mean_std
 from infolm.training.metrics import read_metrics
 from infolm.training.records import archive_run, is_record, runs_and_records
 from infolm.training.run_lock import run_dir_in_use
@@ -84,19 +90,28 @@ def records_of(budget: str) -> Path:
 
 def recorded_score(records: Path, name: str) -> Path | None:
     """The score file that ``records`` keeps for ``name`` (``ARM-sSEED`` or ``real-sSEED``), if any."""
-    path = records / name / SCORE if not name.startswith("real-") else records / f"{name}.score.json"
+    path = records / name / SCORE
     return path if path.is_file() else None
 
 
-ARMS = ("baseline", "base", "full")
+REAL = "real"  # the protocol's arm for real training text: scored (MI, reverse perplexity), never trained
+
+
+def protocol_runs(budget: str = "converged") -> tuple[tuple[str, ...], list[int]]:
+    """The trained arms (control first) and the seeds that ``experiments/protocols/bmi.yaml`` reads from
+    this driver's records; the real-text row is scored beside every seed's baseline."""
+    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
+        sys.path.insert(0, str(ROOT))
+    from experiments.reproduce.protocol import load_protocol, runs_of
+
+    runs = runs_of(load_protocol("bmi"), records=records_of(budget).name)
+    arms = tuple(dict.fromkeys(arm for arm, _ in runs if arm != REAL))
+    seeds = sorted({seed for _, seed in runs})
+    return arms, seeds
+
+
+ARMS, SEEDS = protocol_runs()
 LOG_EVERY = 20  # steps between step records in the converged budget (the configs: 4); the smoke budget keeps 4
-# Table 2 of the paper (PTB, no fine-tuning): valid, test, reverse valid, reverse test, MI of generations
-PAPER = {
-    "baseline": (58.08, 55.97, 82.88, 77.57, 0.25),
-    "base": (57.16, 55.02, 80.64, 75.31, 0.47),
-    "full": (56.85, 54.65, 78.46, 73.73, 0.48),
-    "real": (None, None, None, None, 1.18),
-}
 
 
 @dataclass
@@ -349,7 +364,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         if not real_path.exists() and (args.out / f"baseline-s{seed}.score.json").exists():
             tick = time.perf_counter()
             real = score_real(args.out, seed, budget)
-            real.update(seed=seed, budget=args.budget, score_s=time.perf_counter() - tick, commit=commit())
+            real.update(seed=seed, budget=args.budget, score_s=time.perf_counter() - tick, commit=commit(),
+                        gen_tokens=budget.gen_tokens, machine=machine)  # fmt: skip
             write_json(real_path, real)
             if keep:
                 archive_scored(args.out, f"real-s{seed}", recorded)
@@ -390,24 +406,15 @@ def split_name(name: str) -> tuple[str, str] | None:
     return (arm, seed) if arm and seed.isdigit() else None
 
 
-def cell(values: list[float], digits: int = 2) -> str:
-    return format_mean_std(values, digits) if values else "–"
-
-
-def paper(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
 def cmd_table(args: argparse.Namespace) -> None:
-    scores: dict[tuple[str, str], dict[str, Any]] = {}
-    scored: set[str] = set()
-    for folder in reversed([args.out, *args.records]):  # --out's score files stand for the records' (read last)
-        paths = [*folder.glob("*.score.json"), *folder.glob(f"*/{SCORE}")] if folder.is_dir() else []
-        for path in sorted(paths):
-            name = path.parent.name if path.name == SCORE else path.name[: -len(".score.json")]
-            if (key := split_name(name)) is not None:
-                scores[key] = json.loads(path.read_text())
-                scored.add(name)
+    """Per run (``--out``'s run directories and the records): steps, epochs, the averaging switch and Phase II,
+    and seconds per step of each phase against the baseline's of the same seed. The comparison tables are
+    the generator's: ``python -m experiments.report bmi`` (from the records alone)."""
+    scored = (
+        {path.name[: -len(".score.json")] for path in args.out.glob("*.score.json")} if args.out.is_dir() else set()
+    )
+    for folder in args.records:
+        scored |= {path.parent.name for path in folder.glob(f"*/{SCORE}")} if folder.is_dir() else set()
 
     def is_arm(path: Path) -> bool:
         key = split_name(path.name)
@@ -418,27 +425,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         arm_seed = split_name(path.name)
         assert arm_seed is not None
         runs[arm_seed] = read_metrics(path / "metrics.jsonl")
-    lines = [
-        "| model | seeds | valid PPL | test PPL | reverse PPL valid | reverse PPL test | MI of generations (nats) "
-        "| D accuracy / MINE (train, last 10%) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for arm in (*ARMS, "real"):
-        found = [score for (name, _), score in scores.items() if name == arm]
-        if found:
-            disc = [s["discriminator"] for s in found if s.get("discriminator")]
-            lines.append(
-                f"| {arm} (ours) | {len(found)} | {cell([s['valid']['ppl'] for s in found if 'valid' in s])} "
-                f"| {cell([s['test']['ppl'] for s in found if 'test' in s])} "
-                f"| {cell([s['reverse']['valid_ppl'] for s in found], 1)} "
-                f"| {cell([s['reverse']['test_ppl'] for s in found], 1)} | {cell([s['mi']['mean'] for s in found], 3)} "
-                f"| {cell([d['accuracy'] for d in disc], 3)} / {cell([d['mine'] for d in disc], 3)} |"
-            )
-        p = PAPER[arm]
-        lines.append(
-            f"| {arm} (paper) | – | {paper(p[0])} | {paper(p[1])} | {paper(p[2])} | {paper(p[3])} | {paper(p[4])} | – |"
-        )
-    print("\n".join(lines))
+    print("The comparison tables (ours against the paper's, paired over seeds): python -m experiments.report bmi")
     print()
     print(
         "| run | steps | epochs | averaging switch / Phase II from | best valid (prefix) "
@@ -482,10 +469,15 @@ def archive_scored(out: Path, name: str, records: Path) -> None:
     """Keep ``out``'s scored run ``name`` (its score file as ``score.json``), or the real-data scores
     ``real-sSEED``, in ``records``; a run still training, or without a log, is left out."""
     path = out / f"{name}.score.json"
-    if name.startswith("real-"):
-        records.mkdir(parents=True, exist_ok=True)
-        write_json(records / path.name, json.loads(path.read_text()))
-        print(f"{name}: archived in {records}", file=sys.stderr)
+    if name.startswith(f"{REAL}-"):  # a record folder as a run's, with the score file alone
+        score = json.loads(path.read_text())
+        (records / name).mkdir(parents=True, exist_ok=True)
+        write_json(records / name / SCORE, score)
+        meta = {"driver": "bmi_ptb_table2.py", "files": [SCORE], "commit": score.get("commit"),
+                "wall_s": score.get("score_s"), "what": f"segment MI and reverse perplexity of "
+                f"{score.get('gen_tokens', 'gen_tokens')} real PTB training tokens (no model trained)"}  # fmt: skip
+        write_json(records / name / "record.json", meta)
+        print(f"{name}: archived in {records / name}", file=sys.stderr)
         return
     run = out / name
     if split_name(name) is None or not (run / "metrics.jsonl").is_file() or is_record(run):
@@ -540,11 +532,11 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train and score the arms (resumes cut runs, skips scored ones)")
     train.add_argument("--out", type=Path, default=None, help="default: runs/bmi-ptb-table2-BUDGET")
-    train.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    train.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    train.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="default: the protocol's")
+    train.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="default: the protocol's")
     train.add_argument("--budget", choices=sorted(BUDGETS), default="converged")
     train.add_argument("--override", nargs="*", default=[], help="extra KEY=VALUE overrides of every run (last wins)")
-    table = sub.add_parser("table", help="the tables and curves from the run directories and score files")
+    table = sub.add_parser("table", help="per run: switch steps and time per step, and the curves (--png)")
     table.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2-converged"))
     table.add_argument("--budget", choices=sorted(BUDGETS), default=None, help="--out runs/bmi-ptb-table2-BUDGET")
     table.add_argument("--png", type=Path, default=None)

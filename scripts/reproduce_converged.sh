@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The comparisons at convergence of docs/results.md, on a 2-core CPU, as two lanes of one thread each:
+# The runs of the comparisons at convergence (docs/reproductions/), on a 2-core CPU, as two lanes of one thread each:
 #
 #   nohup bash scripts/reproduce_converged.sh a > runs/lane-a.log 2>&1 &
 #   nohup bash scripts/reproduce_converged.sh b > runs/lane-b.log 2>&1 &
@@ -9,11 +9,12 @@
 # archived), then the IMM Table 2 protocol: seed 2's baseline and its MLE and noising continuations, seed 0's IMM
 # continuation, then the rest of seed 2's and seed 1's. Lane b: SentenceMIM Table 2 at the CPU scale seed by seed (the
 # LSTM and GRU sentence LMs, sMIM, sVAE, AE and the KL-annealed sVAE; after each arm the seed is scored and what ended
-# is archived), then seed 0's MLE and noising continuations (its baseline is a record with weights), the IMM
+# is archived), then seed 0's MLE and noising continuations, the IMM
 # continuations of seeds 1 and 2, then the rest of seeds 0 and 1. The three Table 2 rows (MLE, noising, IMM) of every seed
 # come first, the released recipe and its matched control after, then IMM on 8 positions with ∇IMM unclipped (the
 # paper's clip shrinks the mean step of 8 positions to about a third of the default's); a seed's continuations
-# start from its baseline's record, which keeps the weights, and wait for a baseline that the other lane is training
+# start from their seed's baseline run (records keep no weights: a continuation whose baseline is only a record is
+# skipped with a message; `train --retrain-baselines` trains that baseline again), and wait for a baseline that the other lane is training
 # (a lane that comes to one not started yet skips them, and the next call of the lane runs them).
 #
 # Every step resumes a stopped run from its last checkpoint and skips what ended or is a record

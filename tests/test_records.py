@@ -145,8 +145,9 @@ def bmi_run(out: Path, arm: str, seed: int, scale: float) -> None:
 
 
 def test_bmi_table_from_records_equals_the_table_from_runs(tmp_path: Path, capsys) -> None:
-    """``archive`` keeps each scored run with its score file and the real-data scores; the table rebuilt
-    from the records alone is the table from the run directories; ``train`` sees a recorded arm as done."""
+    """``archive`` keeps each scored run with its score file and the real-data scores (a record folder
+    each, as the generator reads them); the per-run table rebuilt from the records alone is the table from
+    the run directories; ``train`` sees a recorded arm as done."""
     module = experiment("bmi_ptb_table2")
     out, kept = tmp_path / "runs", tmp_path / "records"
     for seed in (0, 1):
@@ -162,12 +163,14 @@ def test_bmi_table_from_records_equals_the_table_from_runs(tmp_path: Path, capsy
         return capsys.readouterr().out
 
     from_runs = table(out, [])
-    assert "| full (ours) | 2 |" in from_runs and "| full-s1 (scored) |" in from_runs
+    assert "python -m experiments.report bmi" in from_runs and "| full-s1 (scored) |" in from_runs
     module.cmd_archive(argparse.Namespace(out=out, records=kept))
     arms = ["base-s0", "base-s1", "baseline-s0", "baseline-s1", "full-s0", "full-s1"]
-    assert sorted(path.name for path in kept.iterdir()) == [*arms, "real-s0.score.json", "real-s1.score.json"]
+    assert sorted(path.name for path in kept.iterdir()) == [*arms, "real-s0", "real-s1"]
     assert module.recorded_score(kept, "full-s1") == kept / "full-s1" / "score.json"
-    assert module.recorded_score(kept, "real-s0") == kept / "real-s0.score.json"
+    assert module.recorded_score(kept, "real-s0") == kept / "real-s0" / "score.json"
+    assert json.loads((kept / "real-s0" / "score.json").read_text())["mi"] == {"mean": 1.1}
+    assert json.loads((kept / "real-s0" / "record.json").read_text())["files"] == ["score.json"]
     assert module.recorded_score(kept, "full-s2") is None
     (tmp_path / "empty").mkdir()
     assert table(tmp_path / "empty", [kept]) == from_runs
@@ -203,7 +206,7 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
     args = argparse.Namespace(out=out, seeds=[0], arms=["baseline", "full"], budget="converged", override=[])
     module.cmd_train(args)
     assert seen == [("baseline-s0", []), ("full-s0", ["baseline-s0"])]
-    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0.score.json"]
+    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0"]
     assert json.loads((kept / "full-s0" / "score.json").read_text())["test"] == {"ppl": 8.0}
     assert json.loads((kept / "full-s0" / "record.json").read_text())["commit"] == "abc1234"
     seen.clear()
@@ -215,7 +218,7 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
         argparse.Namespace(**{**vars(args), "out": tmp_path / "lr10", "seeds": [1], "override": ["optim.lr=10"]})
     )
     assert [name for name, _ in seen] == ["baseline-s1", "full-s1"]
-    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0.score.json"]
+    assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0"]
     assert (kept / "full-s0" / "record.json").read_bytes() == before
 
 
@@ -294,59 +297,6 @@ def test_a_cut_run_is_archived_only_when_asked_and_stays_cut(tmp_path: Path, cap
     assert not module.finished(kept / "dreg-16-kl-lam0.3-s0", 30)
     todo = module.pending(tmp_path / "fresh", ["dreg-16-kl"], [0.3], 2.0, [0], [], kept)
     assert list(todo) == [tmp_path / "fresh" / "dreg-16-kl-lam0.3-s0"]
-
-
-def test_a_record_keeps_the_best_weights_only_when_asked_and_checks_them(tmp_path: Path) -> None:
-    """With ``weights``, a record also keeps ``checkpoints/best`` (no training state) and the vocabulary,
-    what ``run.init_from`` reads, with the weights' sha256; ``record_weights`` finds them and refuses weights
-    that changed since. Without it (and in a record of a run without best weights) there are none."""
-    run = make_run(tmp_path / "runs" / "baseline-s0")
-    best = run / "checkpoints" / "best"
-    with pytest.raises(InfolmError, match="no best weights"):
-        records.archive_run(run, tmp_path / "records", weights=True)
-    (best / "model.safetensors").write_bytes(b"w" * 300)
-    (best / "restart.pt").write_bytes(b"r" * 300)  # training state: left out
-    plain = records.archive_run(run, tmp_path / "plain")
-    assert records.record_weights(plain) is None and not (plain / "checkpoints").exists()
-    target = records.archive_run(run, tmp_path / "records", weights=True)
-    kept = sorted(path.name for path in (target / "checkpoints" / "best").iterdir())
-    assert kept == ["meta.json", "model.safetensors"]
-    assert (target / "vocab.json").read_bytes() == (run / "vocab.json").read_bytes()
-    meta = json.loads((target / "record.json").read_text())
-    files = ["checkpoints/best/model.safetensors", "checkpoints/best/meta.json", "vocab.json"]
-    assert meta["weights"]["files"] == files
-    assert records.record_weights(target) == target and records.record_weights(run) is None
-    (target / "checkpoints" / "best" / "model.safetensors").write_bytes(b"x" * 300)
-    with pytest.raises(InfolmError, match="not the file archived"):
-        records.record_weights(target)
-
-
-def test_a_run_continues_from_a_record_with_weights_as_from_its_run(tmp_path: Path) -> None:
-    """``run.init_from`` of a record that kept its weights starts where the run ended, with the run
-    directory gone: at learning rate 0 the continuation's weights are the archived best weights."""
-    import shutil
-
-    import torch
-    from safetensors.torch import load_file
-
-    from tests.conftest import run_in_process
-
-    base = tmp_path / "runs" / "base"
-    args = ("train", "configs/tiny.yaml", f"run.dir={base}", "train.max_steps=6", "train.eval_every=6")
-    assert run_in_process(*args).returncode == 0
-    (base / "train-summary.json").write_text(json.dumps({"epoch": 1}))
-    record = records.archive_run(base, tmp_path / "records", weights=True)
-    expected = load_file(str(base / "checkpoints" / "best" / "model.safetensors"))
-    shutil.rmtree(base)
-    tuned = tmp_path / "runs" / "tuned"
-    result = run_in_process(
-        "train", "configs/tiny.yaml", f"run.dir={tuned}", f"run.init_from={record}", "train.max_steps=1",
-        "train.eval_every=1", "optim.lr=0",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    last = sorted((tuned / "checkpoints").glob("step-*"))[-1]
-    found = load_file(str(last / "model.safetensors"))
-    assert expected.keys() == found.keys() and all(torch.equal(expected[k], found[k]) for k in expected)
 
 
 def test_a_parked_run_resumes_bit_for_bit_on_a_machine_that_lost_it(tmp_path: Path) -> None:

@@ -145,6 +145,15 @@ def test_two_arms_of_one_run_pair_within_it(tmp_path: Path) -> None:
     assert result.arms[0].verdict == stats.REPRODUCED
 
 
+def test_records_keep_no_weights() -> None:
+    weights = [
+        path.relative_to(ROOT)
+        for path in (ROOT / "experiments" / "records").rglob("*")
+        if path.name == "checkpoints" or path.suffix in {".safetensors", ".pt", ".bin", ".ckpt", ".arpa"}
+    ]
+    assert weights == []
+
+
 def test_an_arm_may_read_its_own_path_and_a_metric_may_be_scaled_per_token(tmp_path: Path) -> None:
     """An arm whose score file differs (an exact LM beside IWAE-scored latent runs) names its own path for a
     metric; ``times`` and ``over`` turn a per-sentence number into a per-token one; a missing factor is no value."""

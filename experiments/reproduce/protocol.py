@@ -69,6 +69,7 @@ class Comparison:
 class Page:
     paper: str
     title: str
+    short: str = ""  # the paper's name in the index (default: the title up to its first colon or comma)
     source: str = ""
     driver: str = ""
     intro: str = ""
@@ -181,15 +182,19 @@ def read_file(path: Path) -> dict[str, Any]:
 
 
 def load_pages(folder: Path = PROTOCOLS) -> dict[str, Page]:
-    """Every page declared in ``folder``, by paper name; files naming one paper join in file-name order."""
+    """Every page declared in ``folder``, by paper name; files naming one paper join after the page's own
+    file (``<paper>.yaml``) in file-name order."""
     pages: dict[str, Page] = {}
-    for path in sorted(folder.glob("*.yaml")):
+    # a page's own file (<paper>.yaml, which holds its title) comes first, then the files that add to it
+    paths = sorted(folder.glob("*.yaml"), key=lambda p: (str(read_file(p)["paper"]) != p.stem, p.name))
+    for path in paths:
         raw = read_file(path)
         paper = str(raw["paper"])
         page = pages.setdefault(paper, Page(paper=paper, title=paper))
         page.files.append(path.name)
         if raw.get("title") and page.title == paper:
             page.title = str(raw["title"])
+            page.short = str(raw.get("short") or "")
             page.source = str(raw.get("source") or "")
             page.driver = str(raw.get("driver") or "")
             page.intro = str(raw.get("intro") or "").strip()

@@ -91,8 +91,16 @@ def _jobs(record_json: dict[str, Any]) -> list[Job]:
                 wall_s=entry.get("wall_s"),
             )
         )
-    if not jobs and (commit or machine):
-        jobs.append(Job(commit=commit, machine=_machine(machine)))
+    if not jobs and (commit or machine or record_json.get("command")):
+        # a driver that keeps one job in record.json's top level (command, and wall_s where it has one)
+        jobs.append(
+            Job(
+                command=record_json.get("command"),
+                commit=commit,
+                machine=_machine(machine),
+                wall_s=record_json.get("wall_s"),
+            )
+        )
     return jobs
 
 

@@ -356,7 +356,7 @@ def index_rows(page: Page, results: list[ComparisonResult]) -> list[str]:
         rows.append(
             _row(
                 [
-                    page.title.split(":")[0].split(",")[0],
+                    page.short or page.title.split(":")[0].split(",")[0],
                     comparison.claim,
                     kind,
                     "<br>".join(ours),

@@ -30,13 +30,13 @@ Choices made here (the paper leaves them open for a recurrent model):
       truncated to the paper's unroll of 35), run from a zero state; the gradient flows through the
       whole window. The released code differs in how a window is fed (it runs only the window's
       last i+1 tokens, i the position within the unroll, from the batch row's carried state) and
-      in its 1-sample steps; docs/results.md ("The authors' released code, read against ours")
+      in its 1-sample steps; docs/notebook/imm.md ("The authors' released code, read against ours")
       lists every difference.
     - ``carried-state`` (opt-in, the authors' released code): fresh samples through the current
       parameters, drawn per position (k each, uniformly with replacement); for the position at offset
       i of its row, the last i+1 tokens of the sampled window are run from that row's carried state
       (``batch.state``), so at i = 0 every draw is the position itself. Draws per position, not per
-      short context: at every position it costs 2.4 times the replay (docs/results.md).
+      short context: at every position it costs 2.4 times the replay (docs/notebook/imm.md).
     - ``in-batch`` (opt-in approximation): the batch's own positions that share a short context are
       draws from extend(sh) already computed by the primary pass: up to k of them (uniformly, without
       replacement) form the induced estimate of Eq. 15, and the gradient flows through the primary
@@ -50,7 +50,7 @@ Choices made here (the paper leaves them open for a recurrent model):
       banked states come from older parameters (up to ``bank_size`` / batch rows steps stale), only
       batch-end positions are banked (frequent contexts are over-represented among the matched
       positions) and the gradient passes one recurrent step.
-  ``benchmarks/imm_overhead.py`` measures the cost of each against an MLE step (docs/results.md).
+  ``benchmarks/imm_overhead.py`` measures the cost of each against an MLE step (docs/notebook/imm.md).
 * When: from the first step by default (the paper is silent); ``start_step`` and
   ``start_below_ppl`` delay the term, and ``start_lr`` resets the learning rate when it starts, as
   the authors' released code does (IMM once the validation perplexity is below 90, lr reset to 0.5).

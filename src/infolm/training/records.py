@@ -9,10 +9,8 @@ repository (``archive_run``), and rebuilds its table from the run directories an
 A record is read-only evidence: its cached scores are final, nothing in it is scored again, and a
 table must take them as they are (``is_record``). ``record.json`` says where it came from, what its
 checkpoints said of how it trained (commits, versions, machine), and what the driver knew of the run
-(its commands, wall time). A record has no checkpoint, with one exception: a run that later runs start
-from (``run.init_from``: the baseline that a protocol continues with each objective) may keep its
-evaluation weights (``archive_run(..., weights=True)``: ``checkpoints/best`` without its training state,
-and the vocabulary), so that the continuations can train on a machine that never held the run.
+(its commands, wall time). A record keeps no weights (git history is not a weight store): a protocol
+that continues a run from its weights records their sha256 and names the command that trains them again.
 
 A run longer than the life of its machine (a working tree and its ``runs/`` are laid anew on every
 machine) is *parked* between machines: ``park_run`` keeps what resuming it needs (its top-level files,
@@ -38,11 +36,8 @@ from infolm.training.run_lock import run_dir_in_use
 RECORD = "record.json"
 LEFT_OUT = frozenset({"vocab.json"})  # rebuilt from the config's data section; 100 kB a run on PTB
 MAX_FILE_BYTES = 4_000_000  # a log past this is no longer a small file: refused, never truncated
-# what a record keeps of checkpoints/best when it keeps the weights: no training state (restart.pt, the raw
-# weights of averaging), which continuing from the run does not read
-WEIGHT_FILES = ("model.safetensors", "objective.pt", "meta.json")
-MAX_WEIGHTS_BYTES = 64_000_000  # a model this size (16M float32 parameters) at most is kept in version control
 PARKED = "parked.json"
+MAX_PARKED_WEIGHTS_BYTES = 64_000_000  # a parked run's weights (16M float32 parameters) at most
 
 
 def is_record(run: str | Path) -> bool:
@@ -100,16 +95,13 @@ def archive_run(
     records: str | Path,
     meta: dict[str, Any] | None = None,
     extra: dict[str, Path] | None = None,
-    weights: bool = False,
 ) -> Path:
     """Copy the small files of the run directory ``run`` into ``records/<run's name>``, with a
     ``record.json`` holding ``meta``, and each file of ``extra`` (a driver's score kept outside the run
-    directory) under its name there; an earlier record of the same name is replaced whole. With
-    ``weights``, also the run's evaluation weights (``checkpoints/best``: :data:`WEIGHT_FILES`) and its
-    vocabulary, what ``run.init_from`` reads, with the weights' sha256 in ``record.json``. The copy is
-    made in a hidden folder beside and renamed into place, so an interrupted archive never leaves a
-    half-written record. Refuses (``InfolmError``) a run that is training now, a run directory without a
-    log, a file too large for version control, and ``weights`` for a run without best weights."""
+    directory) under its name there; an earlier record of the same name is replaced whole. No weights
+    are copied. The copy is made in a hidden folder beside and renamed into place, so an interrupted
+    archive never leaves a half-written record. Refuses (``InfolmError``) a run that is training now, a
+    run directory without a log, and a file too large for version control."""
     run, records = Path(run), Path(records)
     if not (run / "metrics.jsonl").is_file():
         raise InfolmError(f"{run} is not a run directory (no metrics.jsonl)")
@@ -126,14 +118,6 @@ def archive_run(
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise InfolmError(f"{path} is {size} bytes, more than a record keeps ({MAX_FILE_BYTES})")
-    best = run / "checkpoints" / "best"
-    kept_weights = [best / name for name in WEIGHT_FILES if (best / name).is_file()] if weights else []
-    if weights:
-        if not (best / WEIGHT_FILES[0]).is_file() or not (run / "vocab.json").is_file():
-            raise InfolmError(f"{run} has no best weights and vocabulary to keep in its record")
-        size = sum(path.stat().st_size for path in kept_weights)
-        if size > MAX_WEIGHTS_BYTES:
-            raise InfolmError(f"{best} is {size} bytes, more than a record keeps of weights ({MAX_WEIGHTS_BYTES})")
     records.mkdir(parents=True, exist_ok=True)
     target = records / run.name
     staging = records / f".{run.name}.new"
@@ -145,13 +129,6 @@ def archive_run(
         shutil.copy2(path, staging / name)
     kept = [p.name for p in files] + list(extra)
     known: dict[str, Any] = {"source": str(run.resolve()), "files": kept, "checkpoints": checkpoint_provenance(run)}
-    if kept_weights:
-        (staging / "checkpoints" / "best").mkdir(parents=True)
-        for path in kept_weights:
-            shutil.copy2(path, staging / "checkpoints" / "best" / path.name)
-        shutil.copy2(run / "vocab.json", staging / "vocab.json")
-        names = [f"checkpoints/best/{path.name}" for path in kept_weights] + ["vocab.json"]
-        known["weights"] = {"files": names, "sha256": {name: sha256_file(staging / name) for name in names}}
     write_json_atomic(staging / RECORD, known | (meta or {}))
     _replace_dir(staging, target)
     return target
@@ -164,28 +141,6 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def record_weights(record: str | Path) -> Path | None:
-    """The record ``record`` itself if it kept its evaluation weights, unchanged since (each file's sha256
-    is the one ``record.json`` gives): a directory that ``run.init_from`` can continue from. None for a
-    record without weights or a folder that is no record; an error for weights that are not those archived."""
-    record = Path(record)
-    if not is_record(record):
-        return None
-    try:
-        known = json.loads((record / RECORD).read_text()).get("weights")
-    except (OSError, ValueError):
-        return None
-    if not known:
-        return None
-    for name, digest in dict(known.get("sha256") or {}).items():
-        path = record / name
-        if not path.is_file() or sha256_file(path) != digest:
-            raise InfolmError(f"{path}: missing or not the file archived with the record (sha256)")
-    if not known.get("sha256") or not (record / "checkpoints" / "best" / WEIGHT_FILES[0]).is_file():
-        raise InfolmError(f"{record}: its record names no weights it keeps")
-    return record
 
 
 def park_run(run: str | Path, folder: str | Path) -> Path:
@@ -217,7 +172,7 @@ def park_run(run: str | Path, folder: str | Path) -> Path:
         elif path.is_file():
             copies.append((path, f"{CHECKPOINTS}/{BEST}/{path.name}"))
     size = sum(path.stat().st_size for path, _ in copies)
-    if size > MAX_WEIGHTS_BYTES + MAX_FILE_BYTES:
+    if size > MAX_PARKED_WEIGHTS_BYTES + MAX_FILE_BYTES:
         raise InfolmError(f"{run} would park {size} bytes, more than version control keeps of a run")
     folder.mkdir(parents=True, exist_ok=True)
     target, staging = folder / run.name, folder / f".{run.name}.new"
