@@ -81,7 +81,8 @@ def build_and_score(arm: str, seed: int, work: Path, records: Path, keep_arpa: b
         arpa = arpa.resolve().relative_to(ROOT)
     infolm = [sys.executable, "-m", "infolm", "ngram"]
     build = [*infolm, "build", "--data", "ptb", "--order", str(order), "--method", method, "--out", str(arpa), "--json"]
-    jobs, results = [], {}
+    jobs: list[dict[str, Any]] = []
+    results: dict[str, Any] = {}
     summary, wall = run_json(build)
     summary.pop("arpa", None)  # a path on the machine that built it
     jobs.append({"run": name, "arm": arm, "seed": seed, "command": shown(build), "rc": 0, "wall_s": round(wall, 2)})

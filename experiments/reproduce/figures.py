@@ -23,7 +23,8 @@ def mean_curve(records: list[Record], field_name: str) -> tuple[list[tuple[float
         runs += bool(points)
         for epoch, value in points:
             by_epoch.setdefault(epoch, []).append(value)
-    full, fewer = [], []
+    full: list[tuple[float, float]] = []
+    fewer: list[tuple[float, float]] = []
     for epoch in sorted(by_epoch):
         values = by_epoch[epoch]
         (full if len(values) == runs else fewer).append((epoch, sum(values) / len(values)))
