@@ -18,7 +18,7 @@ above 0), next to the scale-free ratio of variances relative to each estimator's
 The default run takes under a minute on 2 CPU cores. On this small synthetic task the paper's ordering
 is not reproduced: with Eq. 9's reward the policy gradient has the smaller raw variance for 96% of the
 parameters (its gradient is also 3.5x smaller in norm), and relative to its mean it is about as noisy
-as IW-RAML (49% of the parameters higher). See the printed summary (docs/results.md).
+as IW-RAML (49% of the parameters higher). See the printed summary (docs/notebook/bmi.md).
 
     python examples/bmi_gradient_variance.py [--iters 200] [--quick] [--out bmi_grad_variance.png] [--json PATH]
 """

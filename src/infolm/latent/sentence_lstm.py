@@ -47,7 +47,7 @@ class SentenceLSTMConfig(LatentFamilyConfig):
     dropout_input: float = 0.0  # decoder input-embedding dropout (Table 5.2: 0..0.9)
     dropout_output: float = 0.0  # decoder output dropout before the softmax (Table 5.2: 0..0.95)
     # variational dropout of the decoder's h_{t-1}, one mask per sentence (Table 5.2: 0..0.8; Sec. 4.2 M^state);
-    # > 0 runs the decoder step by step in training (slower, docs/results.md)
+    # > 0 runs the decoder step by step in training (slower, docs/notebook/thesis-ch5.md)
     dropout_state: float = 0.0
     shared_dropout_mask: bool = True  # one dropout mask for all latent draws of a sentence (Fig. 5.12)
     # the decoder's softmax shares the decoder's input embedding (ch. 5 does not say; the thesis ties them

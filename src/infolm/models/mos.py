@@ -40,7 +40,7 @@ class MoSConfig:
     init_range: float = 0.1  # uniform init of embedding and latent projection; paper 0.1
     # the expert projection's bias: the MoS code's nn.Linear has one (kept by Cao & Xu), Yang et al.'s
     # h_{t,k} = tanh(P_k g_t) has none. At the CPU configs' size (emb 32) the bias holds SGD at lr 20 near
-    # the unigram (train loss ~7.0 after 1,200 steps, ~6.3 without it; docs/results.md, BMI section)
+    # the unigram (train loss ~7.0 after 1,200 steps, ~6.3 without it; docs/notebook/bmi.md)
     latent_bias: bool = True
 
     def __post_init__(self) -> None:

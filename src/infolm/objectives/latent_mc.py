@@ -44,7 +44,7 @@ class MonteCarloConfig:
     mi_samples: int | None = None  # draws for the MI term (None: the same K draws; Figs. 5.4, 5.7: 16/1, 1/16).
     # Fewer MI draws than likelihood draws (16/1) with Gaussian latents makes mi-kl unbounded above for
     # λ > ~0.012: as one posterior variance grows, one draw's ln q/p outgrows the 16-draw IWAE penalty
-    # (docs/results.md, Fig. 5.4 at CPU scale)
+    # (docs/notebook/thesis-ch5.md, Fig. 5.4 at CPU scale)
 
     def check(self, where: str) -> None:
         if self.estimator not in ESTIMATORS:
