@@ -21,7 +21,7 @@ def build(root: Path = ROOT) -> dict[Path, str]:
     records_root = root / "experiments" / "records"
     texts: dict[Path, str] = {}
     evaluated = []
-    for paper, page in pages.items():
+    for paper, page in sorted(pages.items(), key=lambda item: (item[1].order, item[0])):
         results = [evaluate(comparison, records_root) for comparison in page.comparisons]
         evaluated.append((page, results))
         texts[root / "docs" / "reproductions" / f"{paper}.md"] = render_page(page, results)

@@ -70,6 +70,7 @@ class Page:
     paper: str
     title: str
     short: str = ""  # the paper's name in the index (default: the title up to its first colon or comma)
+    order: int = 100  # the page's place in the index (then by paper name)
     source: str = ""
     driver: str = ""
     intro: str = ""
@@ -195,6 +196,7 @@ def load_pages(folder: Path = PROTOCOLS) -> dict[str, Page]:
         if raw.get("title") and page.title == paper:
             page.title = str(raw["title"])
             page.short = str(raw.get("short") or "")
+            page.order = int(raw.get("order", 100))
             page.source = str(raw.get("source") or "")
             page.driver = str(raw.get("driver") or "")
             page.intro = str(raw.get("intro") or "").strip()
