@@ -24,13 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the protocols' package
+from experiments.reproduce.protocol import load_protocol, runs_of  # noqa: E402
+from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = "baselines-ngram"  # the protocol's ``records`` and the folder under experiments/records
@@ -42,17 +45,7 @@ MODELS = {"kn2": (2, "modified-kn"), "kn5": (5, "modified-kn")}
 
 def protocol_runs() -> list[tuple[str, int]]:
     """The (arm, seed) pairs that the baselines protocol reads from this driver's records."""
-    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
-        sys.path.insert(0, str(ROOT))
-    from experiments.reproduce.protocol import load_protocol, runs_of
-
     return runs_of(load_protocol("baselines"), records=FOLDER)
-
-
-def commit() -> str:
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    dirty = subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True, cwd=ROOT)
-    return found.stdout.strip() + ("+dirty-src" if dirty.stdout.strip() else "")
 
 
 def run_json(command: list[str]) -> tuple[dict[str, Any], float]:
@@ -100,7 +93,6 @@ def build_and_score(arm: str, seed: int, work: Path, records: Path, keep_arpa: b
     (staging / "build.json").write_text(json.dumps(summary, indent=1) + "\n")
     for split, result in results.items():
         (staging / f"eval-{split}.json").write_text(json.dumps(result, indent=1) + "\n")
-    import torch
 
     record = {
         "driver": "baselines_ngram.py",
@@ -108,8 +100,8 @@ def build_and_score(arm: str, seed: int, work: Path, records: Path, keep_arpa: b
         "seed": seed,
         "order": order,
         "method": method,
-        "commit": commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
+        "commit": git_commit(),
+        "machine": machine_line(),
         "wall_s": round(sum(job["wall_s"] for job in jobs), 2),
         "jobs": jobs,
     }

@@ -18,13 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the protocols' package
+from experiments.reproduce.protocol import load_protocol, runs_of  # noqa: E402
+from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = "baselines-zaremba"
@@ -34,16 +37,7 @@ CONFIGS = {"lstm-small": "configs/ptb/lstm-small.yaml"}  # arm -> config
 
 def protocol_runs() -> list[tuple[str, int]]:
     """The (arm, seed) pairs that the baselines protocol reads from this driver's records."""
-    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
-        sys.path.insert(0, str(ROOT))
-    from experiments.reproduce.protocol import load_protocol, runs_of
-
     return runs_of(load_protocol("baselines"), records=FOLDER)
-
-
-def commit() -> str:
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return found.stdout.strip()
 
 
 def run_job(run: str, arm: str, seed: int, command: list[str], out: Path | None = None) -> dict[str, Any]:
@@ -78,10 +72,9 @@ def train_and_score(arm: str, seed: int, out: Path, records: Path | None, overri
     if records is None:
         print(f"{name}: run with --set overrides, not archived (give --records to keep it)", flush=True)
         return
-    import torch
 
-    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
-    meta = {"driver": "baselines_zaremba.py", "commit": commit(), "machine": machine, "jobs": jobs}
+    machine = machine_line()
+    meta = {"driver": "baselines_zaremba.py", "commit": git_commit(), "machine": machine, "jobs": jobs}
     print(f"{name}: archived in {archive_run(ROOT / run, records, meta)}", flush=True)
 
 

@@ -43,7 +43,7 @@ def test_an_ngram_record_holds_the_scores_and_the_jobs_and_no_model(tmp_path: Pa
         return {"ppl": {"train": 90.0, "valid": 200.0, "test": 180.0}[split], "nll": 5.0, "tokens": 10}, 0.5
 
     monkeypatch.setattr(module, "run_json", fake)
-    monkeypatch.setattr(module, "commit", lambda: "abc1234")
+    monkeypatch.setattr(module, "git_commit", lambda: "abc1234")
     module.main(["--arms", "kn2", "--records", str(tmp_path / "records"), "--work", str(tmp_path / "work")])
     record = tmp_path / "records" / "kn2-s0"
     assert sorted(p.name for p in record.iterdir()) == [
