@@ -185,3 +185,32 @@ def test_an_arm_may_read_its_own_path_and_a_metric_may_be_scaled_per_token(tmp_p
     (protocols / "p.yaml").write_text((protocols / "p.yaml").read_text().replace("paths: {ppl:", "paths: {pp:"))
     with pytest.raises(ProtocolError, match="paths names no metric: pp"):
         load_protocol("p", protocols)
+
+
+def test_stopping_at_different_epochs_shows_the_matched_epoch_difference(tmp_path: Path) -> None:
+    """Where no matched-epoch reading is declared and an arm stopped at another epoch than its control, the
+    page still shows the difference of the best validation loss up to the earlier run's last epoch."""
+    from experiments.reproduce.protocol import Arm, Comparison, Metric
+    from experiments.reproduce.render import evaluate, render_comparison
+
+    curves = {"base": [5.0, 4.8, 4.6, 4.5], "arm": [4.9, 4.75]}  # the arm stopped after epoch 2
+    for name, losses in curves.items():
+        for seed in (0, 1, 2):
+            folder = tmp_path / "runs" / f"{name}-s{seed}"
+            folder.mkdir(parents=True)
+            lines = [{"epoch": e, "split": "valid", "loss": v + 0.01 * seed} for e, v in enumerate(losses, 1)]
+            (folder / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+            (folder / "eval-test.json").write_text(json.dumps({"nll": losses[-1]}))
+    comparison = Comparison(
+        id="c",
+        title="t",
+        claim="c",
+        protocol="p",
+        records="runs",
+        seeds=[0, 1, 2],
+        metrics=[Metric(name="nll", path="eval-test.nll")],
+        control=Arm(arm="base", label="base"),
+        arms=[Arm(arm="arm", label="arm")],
+    )
+    text = "\n".join(render_comparison(evaluate(comparison, tmp_path), "p"))
+    assert "| arm | 2/4, 2/4, 2/4 | -0.0500 ± 0.0000 |" in text  # 4.75 - 4.80 at epoch 2 on every seed

@@ -185,8 +185,27 @@ def _table(result: ComparisonResult) -> list[str]:
     return lines
 
 
+def _stopping_differs(result: ComparisonResult) -> bool:
+    """Whether some arm's run ended at another epoch than its control's run of the same seed (arms that
+    read their own path of a metric are left to the protocol)."""
+    if result.control is None or any(arm.arm.paths for arm in [result.control, *result.arms]):
+        return False  # an arm read at its own path compares two readings, not two trainings
+    control = {r.name.rsplit("-s", 1)[1]: r for r in result.control.records}
+    for arm in result.arms:
+        for record in arm.records:
+            other = control.get(record.name.rsplit("-s", 1)[1])
+            if other is not None and other is not record and None not in (record.last_epoch, other.last_epoch):
+                if record.last_epoch != other.last_epoch:
+                    return True
+    return False
+
+
 def _matched(result: ComparisonResult) -> list[str]:
+    """The rule's matched-epoch difference: as the protocol declares it, or, where it declares none and
+    stopping ended an arm and its control at different epochs, on the validation loss every run logs."""
     spec = result.comparison.matched_epochs
+    if not spec and _stopping_differs(result):
+        spec = {"field": "loss", "digits": 4}
     if not spec or result.control is None:
         return []
     field_name = str(spec.get("field", "ppl"))
