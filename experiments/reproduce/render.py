@@ -194,9 +194,9 @@ def _stopping_differs(result: ComparisonResult) -> bool:
     for arm in result.arms:
         for record in arm.records:
             other = control.get(record.name.rsplit("-s", 1)[1])
-            if other is not None and other is not record and None not in (record.last_epoch, other.last_epoch):
-                if record.last_epoch != other.last_epoch:
-                    return True
+            ended = None not in (record.last_epoch, other.last_epoch) if other is not None else False
+            if other is not None and other is not record and ended and record.last_epoch != other.last_epoch:
+                return True
     return False
 
 
