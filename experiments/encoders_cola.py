@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import shlex
 import shutil
@@ -51,6 +49,7 @@ if str(ROOT) not in sys.path:  # run as a script: the protocols' reader lives in
     sys.path.insert(0, str(ROOT))
 
 from experiments.reproduce.protocol import load_pages, runs_of  # noqa: E402
+from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
 from infolm.training.records import archive_run, is_record  # noqa: E402
 
 RECORDS = "encoders-cola"  # the protocols' record folder for these runs
@@ -95,31 +94,7 @@ def protocol_runs() -> tuple[list[str], list[int]]:
     return arms, seeds
 
 
-def commit() -> str:
-    """The working tree's commit, with ``-dirty`` when tracked files differ from it."""
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--abbrev=40"], cwd=ROOT, capture_output=True, text=True
-        )
-    except OSError:
-        return "unknown"
-    return done.stdout.strip() or "unknown"
-
-
-def machine() -> str:
-    """The CPU's model name (Linux) or architecture, and the number of cores."""
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores"
-
-
-MACHINE = machine()
+MACHINE = machine_line()
 
 
 class Jobs:
@@ -146,7 +121,7 @@ class Jobs:
             "command": shlex.join(command),
             "rc": done.returncode,
             "wall_s": round(time.perf_counter() - start, 1),
-            "commit": commit(),
+            "commit": git_commit(),
             "machine": MACHINE,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)

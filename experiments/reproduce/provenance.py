@@ -10,15 +10,28 @@ from pathlib import Path
 from experiments.reproduce.protocol import ROOT
 
 
-def git_commit(root: Path = ROOT, dirty_paths: tuple[str, ...] = ("src",)) -> str:
-    """The short commit of ``root``, with ``+dirty-src`` where ``dirty_paths`` hold uncommitted changes."""
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root)
-    dirty = subprocess.run(["git", "status", "--porcelain", *dirty_paths], capture_output=True, text=True, cwd=root)
-    return found.stdout.strip() + ("+dirty-src" if dirty.stdout.strip() else "")
+def git_commit(root: Path = ROOT) -> str:
+    """The working tree's full commit, with ``-dirty`` where tracked files differ from it; ``unknown``
+    outside a git checkout."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=40"], cwd=root, capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
 
 
 def machine_line() -> str:
-    """The machine in one line: architecture, CPU count and the torch version."""
+    """The machine in one line: the CPU's model name (Linux) or architecture, its cores, the torch version."""
     import torch
 
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}"
