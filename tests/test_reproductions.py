@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,15 +122,11 @@ def test_mean_curve_stops_the_full_mean_where_a_seed_ends() -> None:
     assert mean_curve([record("a-s0", []), record("a-s1", [5.0])], "ppl") == ([(1.0, 5.0)], [])
 
 
-def test_two_arms_of_one_run_pair_within_it(tmp_path: Path) -> None:
-    from experiments.reproduce.protocol import Arm, Comparison, Metric
-    from experiments.reproduce.render import evaluate
+def nll_comparison(control: Any, arm: Any) -> Any:
+    """A three-seed comparison of one arm with its control on the test NLL in ``runs``."""
+    from experiments.reproduce.protocol import Comparison, Metric
 
-    for seed, (static, dynamic) in enumerate([(4.6, 4.4), (4.7, 4.45), (4.65, 4.5)]):
-        folder = tmp_path / "runs" / f"lm-s{seed}"
-        folder.mkdir(parents=True)
-        (folder / "eval-test.json").write_text(json.dumps({"nll": static, "dynamic": {"nll": dynamic}}))
-    comparison = Comparison(
+    return Comparison(
         id="c",
         title="t",
         claim="c",
@@ -137,8 +134,21 @@ def test_two_arms_of_one_run_pair_within_it(tmp_path: Path) -> None:
         records="runs",
         seeds=[0, 1, 2],
         metrics=[Metric(name="nll", path="eval-test.nll")],
-        control=Arm(arm="lm", label="static"),
-        arms=[Arm(arm="lm", label="dynamic", paths={"nll": "eval-test.dynamic.nll"})],
+        control=control,
+        arms=[arm],
+    )
+
+
+def test_two_arms_of_one_run_pair_within_it(tmp_path: Path) -> None:
+    from experiments.reproduce.protocol import Arm
+    from experiments.reproduce.render import evaluate
+
+    for seed, (static, dynamic) in enumerate([(4.6, 4.4), (4.7, 4.45), (4.65, 4.5)]):
+        folder = tmp_path / "runs" / f"lm-s{seed}"
+        folder.mkdir(parents=True)
+        (folder / "eval-test.json").write_text(json.dumps({"nll": static, "dynamic": {"nll": dynamic}}))
+    comparison = nll_comparison(
+        Arm(arm="lm", label="static"), Arm(arm="lm", label="dynamic", paths={"nll": "eval-test.dynamic.nll"})
     )
     result = evaluate(comparison, tmp_path)
     assert result.arms[0].paired["nll"].diffs == pytest.approx([-0.2, -0.25, -0.15])
@@ -190,7 +200,7 @@ def test_an_arm_may_read_its_own_path_and_a_metric_may_be_scaled_per_token(tmp_p
 def test_stopping_at_different_epochs_shows_the_matched_epoch_difference(tmp_path: Path) -> None:
     """Where no matched-epoch reading is declared and an arm stopped at another epoch than its control, the
     page still shows the difference of the best validation loss up to the earlier run's last epoch."""
-    from experiments.reproduce.protocol import Arm, Comparison, Metric
+    from experiments.reproduce.protocol import Arm
     from experiments.reproduce.render import evaluate, render_comparison
 
     curves = {"base": [5.0, 4.8, 4.6, 4.5], "arm": [4.9, 4.75]}  # the arm stopped after epoch 2
@@ -201,16 +211,6 @@ def test_stopping_at_different_epochs_shows_the_matched_epoch_difference(tmp_pat
             lines = [{"epoch": e, "split": "valid", "loss": v + 0.01 * seed} for e, v in enumerate(losses, 1)]
             (folder / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
             (folder / "eval-test.json").write_text(json.dumps({"nll": losses[-1]}))
-    comparison = Comparison(
-        id="c",
-        title="t",
-        claim="c",
-        protocol="p",
-        records="runs",
-        seeds=[0, 1, 2],
-        metrics=[Metric(name="nll", path="eval-test.nll")],
-        control=Arm(arm="base", label="base"),
-        arms=[Arm(arm="arm", label="arm")],
-    )
+    comparison = nll_comparison(Arm(arm="base", label="base"), Arm(arm="arm", label="arm"))
     text = "\n".join(render_comparison(evaluate(comparison, tmp_path), "p"))
     assert "| arm | 2/4, 2/4, 2/4 | -0.0500 ± 0.0000 |" in text  # 4.75 - 4.80 at epoch 2 on every seed
