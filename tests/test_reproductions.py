@@ -195,6 +195,9 @@ def test_an_arm_may_read_its_own_path_and_a_metric_may_be_scaled_per_token(tmp_p
     (protocols / "p.yaml").write_text((protocols / "p.yaml").read_text().replace("paths: {ppl:", "paths: {pp:"))
     with pytest.raises(ProtocolError, match="paths names no metric: pp"):
         load_protocol("p", protocols)
+    (protocols / "p.yaml").write_text((protocols / "p.yaml").read_text().replace("paths: {pp:", "paper: {ppl, x:"))
+    with pytest.raises(ProtocolError, match="paper names no metric: x"):  # a comma inside a flow-mapping key
+        load_protocol("p", protocols)
 
 
 def test_stopping_at_different_epochs_shows_the_matched_epoch_difference(tmp_path: Path) -> None:

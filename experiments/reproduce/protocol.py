@@ -150,9 +150,10 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
     for arm in [*arms, *([control] if control else [])]:
         if arm.select and arm.select_by not in names:
             raise ProtocolError(f"{where}: arm '{arm.arm}' selects by '{arm.select_by}', which is no metric of it")
-        unknown = sorted(set(arm.paths) - names)
-        if unknown:
-            raise ProtocolError(f"{where} arm '{arm.arm}': paths names no metric: {', '.join(unknown)}")
+        for key, given in (("paths", arm.paths), ("paper", arm.paper)):
+            unknown = sorted(set(given) - names)
+            if unknown:
+                raise ProtocolError(f"{where} arm '{arm.arm}': {key} names no metric: {', '.join(unknown)}")
     return Comparison(
         id=cid,
         title=str(raw.get("title", cid)),
