@@ -142,7 +142,12 @@ def test_pretrain_then_finetune_over_two_seeds_with_a_summary(tmp_path, capsys, 
         ours = encoder.mlm_logits(encoder.mlm_features(encoder(tokens).states))
         theirs = BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()(input_ids=tokens).logits
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
-    assert (tmp_path / "hf" / "tokenizer.json").read_bytes() == (pretrain / "tokenizer.json").read_bytes()
+    from infolm.data.wordpiece import WordPiece
+
+    assert (
+        WordPiece.load(tmp_path / "hf" / "tokenizer.json").digest()
+        == WordPiece.load(pretrain / "tokenizer.json").digest()
+    )
     train, test = cola_files(tmp_path)
     finetune = tmp_path / "cola"
     code, err = run_in_process(
@@ -169,6 +174,25 @@ def test_pretrain_then_finetune_over_two_seeds_with_a_summary(tmp_path, capsys, 
     mcc = [summary["per_seed"][s]["test"]["mcc"] for s in ("1", "2")]
     assert abs(summary["summary"]["test"]["mcc"]["mean"] - sum(mcc) / 2) < 1e-12
     assert abs(summary["summary"]["test"]["mcc"]["std"] - abs(mcc[0] - mcc[1]) / 2**0.5) < 1e-12
+    # the fine-tuned classifier exported: raw text through transformers alone gives the run's class scores
+    code, err = run_in_process(capsys, monkeypatch, "export", str(finetune / "seed-1"), str(tmp_path / "hf-cola"))
+    assert code == 0, err
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from infolm.data.subwords import SubwordSentences
+
+    _, _, classifier = load_run(finetune / "seed-1")
+    texts = ["The cat sat on the mat.", "Dogs RAN, didn't they?", "A zebra <unk> grazed!"]
+    rows = SubwordSentences.from_ids(WordPiece.load(finetune / "seed-1" / "tokenizer.json").encode(texts))
+    inputs = AutoTokenizer.from_pretrained(tmp_path / "hf-cola", local_files_only=True)(
+        texts, padding=True, return_tensors="pt"
+    )
+    assert torch.equal(inputs["input_ids"], rows.rows)
+    hf = AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf-cola", local_files_only=True).eval()
+    with torch.no_grad():
+        ours = classifier.classify(classifier(rows.rows, padding_mask=rows.real()).sentence)
+        theirs = hf(**inputs).logits
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
     for run in (pretrain, finetune / "seed-1"):  # masked-lm and classification sample no text
         code, err = run_in_process(capsys, monkeypatch, "generate", str(run), "--max-tokens", "3")
         assert code == 2 and len(err.strip().splitlines()) == 1 and "samples no text" in err, err
@@ -307,7 +331,8 @@ def test_export_writes_a_model_card_from_the_run_directory_alone(ptb_slice_files
         monkeypatch.setenv(name, str(value))
     code, err = run_in_process(capsys, monkeypatch, "export", str(run_dir), str(out))
     assert code == 0, err
-    assert {p.name for p in out.iterdir()} == {"config.json", "model.safetensors", "tokenizer.json", "README.md"}
+    written = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md"}
+    assert {p.name for p in out.iterdir()} == written
     card = (out / "README.md").read_text()
     assert "- task: `masked-lm`" in card and f"train file: `{data_dir / 'train.txt'}`" in card
     assert "- objective: `mlm-nce` (weight 0.5), `dim` (weight 1.0)" in card
@@ -319,4 +344,14 @@ def test_export_writes_a_model_card_from_the_run_directory_alone(ptb_slice_files
     parameters = sum(t.numel() for t in load_file(out / "model.safetensors").values())
     # the saved tensors hold no tied copy of the word embeddings: the card counts the model's own parameters
     assert f"{parameters:,} parameters" in card
-    assert Path(out / "tokenizer.json").read_bytes() == (run_dir / "tokenizer.json").read_bytes()
+    from transformers import AutoTokenizer
+
+    from infolm.data.subwords import SubwordSentences
+    from infolm.data.wordpiece import WordPiece
+
+    # PTB text as it is (its unknown words spelled <unk>): transformers reads the ids the run's tokenizer gives
+    lines = Path(ptb_slice_files["valid"]).read_text().splitlines()[:8]
+    assert any("<unk>" in line for line in lines)
+    ours = SubwordSentences.from_ids(WordPiece.load(run_dir / "tokenizer.json").encode(lines), 24).rows
+    theirs = AutoTokenizer.from_pretrained(out, local_files_only=True)(lines, padding=True, truncation=True)
+    assert theirs["input_ids"] == ours.tolist()

@@ -77,7 +77,7 @@ def model_card(
         "",
         f"A `{model['name']}` model trained with infolm, exported by `infolm export` (infolm {version}) as a "
         f"`transformers` `{architecture}` directory: `config.json`, `model.safetensors`"
-        + (", `tokenizer.json`" if (run_dir / "tokenizer.json").is_file() else "")
+        + (", `tokenizer.json`, `tokenizer_config.json`" if (run_dir / "tokenizer.json").is_file() else "")
         + ".",
         "",
         "## Training",

@@ -140,12 +140,12 @@ def _seed_list(text: str) -> list[int]:
 
 def cmd_export(args: argparse.Namespace) -> int:
     import os
-    import shutil
     from pathlib import Path
 
     from infolm import __version__
     from infolm.build import load_run_model
     from infolm.data.vocab import Vocab
+    from infolm.data.wordpiece import WordPiece
     from infolm.model_card import model_card
     from infolm.models.bert_export import export_bert
     from infolm.models.encoder import Encoder
@@ -156,10 +156,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     config, model, checkpoint = load_run_model(run_dir)  # the run directory alone: no data is read
     if not isinstance(model, Encoder):
         raise InfolmError(f"{args.run_dir} holds no BERT-style encoder (model.name=bert) to export")
-    out = export_bert(model, args.out)
-    tokenizer = run_dir / "tokenizer.json"
-    if tokenizer.is_file():
-        shutil.copyfile(tokenizer, out / "tokenizer.json")
+    tokenizer_file = run_dir / "tokenizer.json"
+    tokenizer = WordPiece.load(tokenizer_file) if tokenizer_file.is_file() else None
+    out = export_bert(model, args.out, tokenizer=tokenizer)
     architecture = "BertForSequenceClassification" if model.classifier is not None else "BertForMaskedLM"
     parameters = sum(p.numel() for p in model.parameters())
     vocab_size = len(Vocab.load(run_dir / "vocab.json"))

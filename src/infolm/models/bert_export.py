@@ -4,6 +4,12 @@
 ``model.safetensors`` with ``BertForMaskedLM`` / ``BertForSequenceClassification`` parameter names;
 ``BertForMaskedLM.from_pretrained(directory)`` then gives the same logits. No ``transformers``
 import is needed to write it. The fused query/key/value matrix is split into BERT's three.
+
+With the run's WordPiece tokenizer it also writes ``tokenizer.json`` and ``tokenizer_config.json``, so that
+``AutoTokenizer`` reads raw text into the ids infolm's tasks feed the encoder (``[CLS] A [SEP] (B [SEP])``,
+segment 1 from B on). The tokenizer is the run's own pipeline, loaded verbatim
+(``PreTrainedTokenizerFast``): ``transformers``' ``BertTokenizer`` would rebuild the normalizer from
+``do_lower_case`` (lowercasing a cased vocabulary by default) and could not read ``<unk>`` as ``[UNK]``.
 """
 
 from __future__ import annotations
@@ -12,12 +18,16 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from infolm.data.wordpiece import CLS, MASK, PAD, SEP, UNK, UNK_ALIASES
 from infolm.models.encoder import Encoder, EncoderLayer
+
+if TYPE_CHECKING:
+    from infolm.data.wordpiece import WordPiece
 
 
 def bert_state_dict(encoder: Encoder) -> dict[str, Tensor]:
@@ -86,15 +96,71 @@ def bert_config(encoder: Encoder, pad_id: int = 0) -> dict[str, object]:
     return config
 
 
-def export_bert(encoder: Encoder, directory: str | Path, pad_id: int = 0) -> Path:
-    """Write ``config.json`` and ``model.safetensors`` into ``directory`` (each file atomically)."""
+def tokenizer_json(tokenizer: WordPiece) -> dict[str, Any]:
+    """The run's tokenizer as a stand-alone ``tokenizers`` file that reads raw text as infolm does:
+
+    - ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` with segments 0 / 1 (the rows of
+      ``data/subwords.py``; the encoder's default segments), added by the file's post-processor;
+    - the corpus spelling ``<unk>`` read as ``[UNK]`` (infolm replaces it in the raw text before encoding):
+      a case-sensitive ``Replace`` ahead of the BERT normalizer, and ``[UNK]`` matched after normalizing.
+      So an uncased tokenizer also reads text that normalizes to ``[unk]`` (``[unk]``, ``[Unk]``, ...) as
+      ``[UNK]``, where infolm reads ``[``, ``unk``, ``]``: the one text where the two differ.
+    """
+    spec: dict[str, Any] = json.loads(tokenizer.tokenizer.to_str())
+    replaces = [{"type": "Replace", "pattern": {"String": alias}, "content": UNK} for alias in UNK_ALIASES]
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [*replaces, spec["normalizer"]]}
+    for token in spec["added_tokens"]:
+        if token["content"] == UNK:
+            token["normalized"] = True
+    ids = {name: tokenizer.tokenizer.token_to_id(name) for name in (CLS, SEP)}
+
+    def special(name: str, segment: int) -> dict[str, Any]:
+        return {"SpecialToken": {"id": name, "type_id": segment}}
+
+    def sentence(name: str, segment: int) -> dict[str, Any]:
+        return {"Sequence": {"id": name, "type_id": segment}}
+
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [special(CLS, 0), sentence("A", 0), special(SEP, 0)],
+        "pair": [special(CLS, 0), sentence("A", 0), special(SEP, 0), sentence("B", 1), special(SEP, 1)],
+        "special_tokens": {name: {"id": name, "ids": [index], "tokens": [name]} for name, index in ids.items()},
+    }
+    return spec
+
+
+def tokenizer_config(max_len: int) -> dict[str, object]:
+    """``tokenizer_config.json``: the file's pipeline as is (no BERT class rebuilding it), BERT's specials, the
+    model's length (``truncation=True`` keeps the first ``max_len - 2`` subwords, as infolm's rows do) and inputs."""
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": UNK,
+        "sep_token": SEP,
+        "pad_token": PAD,
+        "cls_token": CLS,
+        "mask_token": MASK,
+        "model_max_length": max_len,
+        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+    }
+
+
+def _write_json(path: Path, value: object) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False))
+    os.replace(tmp, path)
+
+
+def export_bert(encoder: Encoder, directory: str | Path, pad_id: int = 0, tokenizer: WordPiece | None = None) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` into ``directory`` (each file atomically), and with
+    ``tokenizer`` ``tokenizer.json`` and ``tokenizer_config.json``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=directory, suffix=".tmp", delete=False) as tmp:
         pass
     save_file(bert_state_dict(encoder), tmp.name, metadata={"format": "pt"})
     os.replace(tmp.name, directory / "model.safetensors")
-    config_tmp = directory / ".config.json.tmp"
-    config_tmp.write_text(json.dumps(bert_config(encoder, pad_id), indent=2))
-    os.replace(config_tmp, directory / "config.json")
+    _write_json(directory / "config.json", bert_config(encoder, pad_id))
+    if tokenizer is not None:
+        _write_json(directory / "tokenizer.json", tokenizer_json(tokenizer))
+        _write_json(directory / "tokenizer_config.json", tokenizer_config(encoder.config.max_len))
     return directory
