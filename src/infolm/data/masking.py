@@ -10,6 +10,7 @@
 * Replacement (Devlin et al.): each masked subword becomes [MASK] with probability 0.8, a random
   subword with 0.1 and stays itself with 0.1. Random subwords are drawn uniformly from the
   non-special types (BERT draws from the whole vocabulary; the five specials are left out here).
+  This is MLM's input only: the DIM query masks every span subword (``objectives.dim.query_inputs``).
 
 Randomness comes from a ``numpy.random.Generator`` the caller owns (a resumable data order seeds it).
 """
