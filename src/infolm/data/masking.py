@@ -26,6 +26,7 @@ from torch import Tensor
 IGNORE_INDEX = -100
 SPAN_IDS = "span_ids"  # Batch.extras key: (B, T) int64, k at the k-th masked span of a row, -1 elsewhere
 MLM_INPUTS = "mlm_inputs"  # Batch.extras key: (B, T) masked copy of unmasked inputs (MLM beside a task loss)
+WORD_STARTS = "word_starts"  # Batch.extras key: (B, T) bool, True at a word's first subword (NSP's negatives)
 
 
 @dataclasses.dataclass
