@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from infolm.data.masking import IGNORE_INDEX, MLM_INPUTS, SPAN_IDS, mask_batch, span_ids
 from infolm.models.encoder import Encoder, EncoderConfig
@@ -114,6 +117,51 @@ def test_dim_term_trains_the_encoder_and_both_poolings_run():
         terms = OBJECTIVES.build("dim", {"ngram_pooling": pooling})(encoder, batch, encoder(batch.inputs))
         terms.losses["dim"].backward()
         assert float(encoder.layers[0].qkv.weight.grad.abs().sum()) > 0
+
+
+class InputSpy(nn.Module):
+    """A stand-in encoder whose sentence vector is its input row (zero-padded to 32): whatever is
+    compared with the n-grams shows which subwords its pass read. Counts its passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes: list[torch.Tensor] = []
+
+    def forward(self, tokens, state=None, padding_mask=None):
+        self.passes.append(tokens)
+        sentence = F.pad(tokens, (0, 32 - tokens.size(1))).float()
+        return SimpleNamespace(sentence=sentence, states=sentence[..., None].expand(-1, -1, 4))
+
+
+def test_dim_query_sees_no_subword_of_its_spans(monkeypatch):
+    import infolm.objectives.dim as dim
+
+    queries = []
+    monkeypatch.setattr(dim, "dim_info_nce", lambda sentence, ngram, owner: queries.append(sentence) or owner * 0.0)
+    term, spy = OBJECTIVES.build("dim", {}), InputSpy()
+    shown = 0  # span subwords the MLM input leaves as they are (BERT's 10% "unchanged", Sec. 3.2)
+    for seed in range(200):
+        tokens, masked, batch = masked_batch(seed)
+        queries.clear()
+        term(spy, batch, spy(batch.inputs))
+        in_span = batch.extras[SPAN_IDS] >= 0
+        query = queries[0][:, : tokens.size(1)].long()  # the input of the pass g_ω(x̂_{i:j}) came from
+        assert bool((query[in_span] == 4).all()), seed  # every span subword reads [MASK]
+        assert torch.equal(query[~in_span], tokens[~in_span])  # the rest of the sentence as it is
+        shown += int((batch.inputs[in_span] == tokens[in_span]).sum())
+    assert shown > 0  # the MLM input still keeps BERT's 80/10/10
+
+
+def test_dim_query_reuses_the_mlm_pass_when_every_masked_subword_reads_mask():
+    rng = np.random.default_rng(0)
+    tokens = torch.from_numpy(rng.integers(5, VOCAB, size=(4, 20)))
+    tokens[:, 0], tokens[:, -1] = 2, 3
+    maskable = (tokens != 2) & (tokens != 3)
+    masked = mask_batch(tokens, maskable, maskable, "span", 4, VOCAB, rng, rate=0.3, probs=(1.0, 0.0))
+    batch = Batch(masked.inputs, masked.targets, extras={SPAN_IDS: span_ids(masked.spans, (4, 20))})
+    spy = InputSpy()
+    OBJECTIVES.build("dim", {})(spy, batch, spy(batch.inputs))
+    assert len(spy.passes) == 2  # the MLM pass and the n-grams' pass: no second pass over the sentences
 
 
 ENCODER_TERMS = [n for n in OBJECTIVES.names() if "encoder" in getattr(OBJECTIVES.get(n).factory, "protocols", ())]

@@ -16,20 +16,30 @@ VOCAB = 30
 
 
 def pair_rows() -> torch.Tensor:
-    rows = [[2, 5, 6, 3, 7, 8, 9, 3], [2, 10, 3, 11, 3], [2, 12, 13, 14, 3, 15, 3]]
+    rows = [[2, 5, 6, 3, 7, 8, 9, 3], [2, 10, 3, 11, 3], [2, 12, 13, 14, 3, 15, 16, 3]]
     out = torch.zeros(3, 8, dtype=torch.long)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row)
     return out
 
 
-def test_negative_pairs_keep_a_and_take_the_next_rows_b():
-    swapped = swap_second_sentences(pair_rows(), 1, max_len=32)
-    expected = [[2, 5, 6, 3, 11, 3], [2, 10, 3, 15, 3], [2, 12, 13, 14, 3, 7, 8, 9, 3]]
-    for row, want in zip(swapped.tolist(), expected):
+def assert_rows(got: torch.Tensor, expected: list[list[int]]) -> None:
+    for row, want in zip(got.tolist(), expected):
         assert row[: len(want)] == want and all(t == 0 for t in row[len(want) :])
-    cut = swap_second_sentences(pair_rows(), 1, max_len=7)  # row 2 would be 9 long: keeps 6 and its [SEP]
-    assert cut[2].tolist() == [2, 12, 13, 14, 3, 7, 3]
+
+
+def test_negative_pairs_keep_a_and_take_whole_words_as_long_as_their_own_b():
+    tokens = pair_rows()
+    word_start = tokens != 8  # 8 continues the word 7 begins
+    # row 0 needs 3 subwords: row 1 has 2, row 2 gives its last 3; row 2 needs 2: [8, 9] would start inside a word
+    expected = [[2, 5, 6, 3, 14, 15, 16, 3], [2, 10, 3, 16, 3], [2, 12, 13, 14, 3, 7, 8, 3]]
+    assert_rows(swap_second_sentences(tokens, 1, word_start), expected)
+    expected[2] = [2, 12, 13, 14, 3, 8, 9, 3]  # every subword a word
+    assert_rows(swap_second_sentences(tokens, 1), expected)
+    # two rows: row 1's text is too short for row 0, which takes the longest shorter piece
+    assert_rows(swap_second_sentences(tokens[:2], 1, word_start[:2]), [[2, 5, 6, 3, 10, 11, 3], [2, 10, 3, 9, 3]])
+    one_word = torch.tensor([[2, 5, 3, 6, 3, 0, 0], [2, 7, 8, 3, 8, 8, 3]])  # row 1 is one word of 4 subwords
+    assert_rows(swap_second_sentences(one_word, 1, one_word != 8), [[2, 5, 3, 7, 3], [2, 7, 8, 3, 5, 6, 3]])
 
 
 def test_nsp_forms_are_local_nce_and_infonce_of_the_scores():
@@ -44,7 +54,7 @@ def test_nsp_forms_are_local_nce_and_infonce_of_the_scores():
         loss = term(encoder, batch, output).losses["nsp"]
         pos = term.score(output.sentence).squeeze(-1)
         neg = torch.stack(
-            [term.score(encoder(swap_second_sentences(tokens, k, 16)).sentence).squeeze(-1) for k in (1, 2)], 1
+            [term.score(encoder(swap_second_sentences(tokens, k)).sentence).squeeze(-1) for k in (1, 2)], 1
         )
         if form == "local":
             expected = -(F.logsigmoid(pos) + F.logsigmoid(-neg).sum(1)).mean()

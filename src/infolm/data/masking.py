@@ -10,6 +10,7 @@
 * Replacement (Devlin et al.): each masked subword becomes [MASK] with probability 0.8, a random
   subword with 0.1 and stays itself with 0.1. Random subwords are drawn uniformly from the
   non-special types (BERT draws from the whole vocabulary; the five specials are left out here).
+  This is MLM's input only: the DIM query masks every span subword (``objectives.dim.query_inputs``).
 
 Randomness comes from a ``numpy.random.Generator`` the caller owns (a resumable data order seeds it).
 """
@@ -25,6 +26,7 @@ from torch import Tensor
 IGNORE_INDEX = -100
 SPAN_IDS = "span_ids"  # Batch.extras key: (B, T) int64, k at the k-th masked span of a row, -1 elsewhere
 MLM_INPUTS = "mlm_inputs"  # Batch.extras key: (B, T) masked copy of unmasked inputs (MLM beside a task loss)
+WORD_STARTS = "word_starts"  # Batch.extras key: (B, T) bool, True at a word's first subword (NSP's negatives)
 
 
 @dataclasses.dataclass

@@ -6,8 +6,15 @@ negatives are the n-grams of the other sentences in the batch (Sec. 5.2), f is t
 Choices where the paper is silent:
 * How an n-gram becomes one vector (``ngram_pooling``): ``cls`` (default) encodes [CLS] n-gram [SEP]
   and takes the [CLS] state, as the global view does; ``mean`` averages the n-gram's token states.
-* A sentence with several masked spans is encoded once, masked at all of them (as MLM reads it), and
-  each of its spans is a positive for it; the other spans of the same sentence are not negatives.
+* A sentence with several masked spans is encoded once, masked at all of them, and each of its spans
+  is a positive for it; the other spans of the same sentence are not negatives.
+* The query x̂_{i:j} is its own view of the sentence, every span subword [MASK] (``query_inputs``),
+  not the MLM input: MLM keeps BERT's per-subword 80/10/10 (Sec. 3.2: InfoWord's MLM differs from
+  the standard one only by negative sampling), which leaves ~10% of a span's subwords as they are,
+  while Sec. 4 masks the sentence "at position i to j" because a query that holds the words it must
+  pick makes the task trivial. SpanBERT's span-level 80/10/10 would change MLM and still show whole
+  spans ("unchanged") to the query. The cost: one more encoder pass over the rows, skipped when the
+  two views are equal (``task.replace_mask=1``).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from infolm.data.masking import SPAN_IDS
-from infolm.data.wordpiece import CLS, PAD, SEP, SPECIALS
+from infolm.data.wordpiece import CLS, MASK, PAD, SEP, SPECIALS
 from infolm.errors import InfolmError
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.infonce import info_nce
@@ -69,6 +76,11 @@ def masked_ngrams(span_ids: Tensor, originals: Tensor) -> Ngrams:
     return Ngrams(tokens, real, owner)
 
 
+def query_inputs(inputs: Tensor, span_ids: Tensor) -> Tensor:
+    """x̂_{i:j} of Sec. 4: the sentence with every subword of its masked spans read as [MASK]. (B, T)."""
+    return inputs.masked_fill(span_ids >= 0, SPECIALS.index(MASK))
+
+
 def dim_info_nce(sentence: Tensor, ngram: Tensor, owner: Tensor) -> Tensor:
     """I_DIM's loss per n-gram: InfoNCE of n-gram s against its sentence's global vector, the other
     sentences' n-grams as negatives. ``sentence`` (B, D), ``ngram`` (S, D), ``owner`` (S,). (S,)."""
@@ -79,7 +91,7 @@ def dim_info_nce(sentence: Tensor, ngram: Tensor, owner: Tensor) -> Tensor:
 
 @register_objective("dim", config=DIMConfig)
 class DeepInfoMaxSpans(Objective):
-    """InfoWord's I_DIM: the masked sentence's [CLS] state against its masked n-grams (InfoNCE)."""
+    """InfoWord's I_DIM: the [CLS] state of the sentence masked at its spans against its n-grams (InfoNCE)."""
 
     needs = frozenset({"masked-positions", "masked-spans"})
     protocols = frozenset({"encoder"})
@@ -102,5 +114,8 @@ class DeepInfoMaxSpans(Objective):
         else:
             weights = ngrams.real.to(encoded.states.dtype)
             pooled = (encoded.states * weights[..., None]).sum(1) / weights.sum(1, keepdim=True)
-        loss = dim_info_nce(output.sentence.float(), pooled.float(), ngrams.owner).mean()
+        query = query_inputs(batch.inputs, batch.extras[SPAN_IDS])
+        # the MLM pass serves as the query only where it already reads [MASK] at every span subword
+        sentence = output.sentence if torch.equal(query, batch.inputs) else model(query).sentence  # (B, D)
+        loss = dim_info_nce(sentence.float(), pooled.float(), ngrams.owner).mean()
         return Terms(losses={"dim": loss}, metrics={"dim_ngrams": float(len(ngrams.owner))})

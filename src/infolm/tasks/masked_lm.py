@@ -2,7 +2,9 @@
 
 The training text (the corpus's training lines, WordPiece-tokenized) is read as one consecutive
 sequence cut into rows of ``max_len - 2`` subwords, each laid out ``[CLS] subwords [SEP]`` (InfoWord
-Sec. 5.4: one consecutive sequence per example, no sentence pairs). Each batch is masked afresh:
+Sec. 5.4: one consecutive sequence per example, no sentence pairs); with ``pairs`` (BERT's NSP) rows
+end at word boundaries and are cut in two at a word start, ``extras["word_starts"]`` marking the
+words for NSP's negatives (``objectives.nsp``). Each batch is masked afresh:
 span masking (InfoWord Sec. 5.2, default) or BERT's token masking, then 80/10/10 replacement
 (``infolm.data.masking``). Batches carry the masked inputs, the original subwords at the masked
 positions as ``targets``, and the masked spans (``extras["span_ids"]``) for the DIM objective.
@@ -22,7 +24,7 @@ from torch import Tensor
 
 from infolm.config import Config, DataConfig
 from infolm.data.batch import Batch
-from infolm.data.masking import IGNORE_INDEX, SPAN_IDS, SpanLaw, mask_batch, span_ids, token_span_ids
+from infolm.data.masking import IGNORE_INDEX, SPAN_IDS, WORD_STARTS, SpanLaw, mask_batch, span_ids, token_span_ids
 from infolm.data.subwords import CLS_ID, PAD_ID, SEP_ID, EncoderData, SubwordSentences
 from infolm.data.wordpiece import WordPieceConfig
 from infolm.errors import InfolmError
@@ -47,7 +49,7 @@ class MaskedLMConfig:
     vocab_size: int = 30522  # WordPiece types trained on the training text, specials included (BERT: 30,522)
     min_frequency: int = 2  # WordPiece trainer: least frequency of a merge
     lowercase: bool = True  # uncased WordPiece (BERT-base uncased)
-    pairs: bool = False  # rows [CLS] A [SEP] B [SEP], a row cut at a uniform point (BERT, for NSP); InfoWord: false
+    pairs: bool = False  # rows [CLS] A [SEP] B [SEP] cut at a uniform word start (BERT, for NSP); InfoWord: false
     # registered text datasets whose training lines join the pretraining text (and the WordPiece
     # trainer's), e.g. [tinyshakespeare] beside PTB, whose text has no punctuation; valid and test stay
     # data.name's (Kong et al. pretrain on several corpora at once: Wikipedia and BooksCorpus)
@@ -56,6 +58,10 @@ class MaskedLMConfig:
     def __post_init__(self) -> None:
         if self.max_len < 3:
             raise InfolmError(f"task.max_len must be at least 3 ([CLS], a subword, [SEP]), got {self.max_len}")
+        if self.pairs and self.max_len < 5:
+            raise InfolmError(
+                f"task.pairs needs task.max_len of at least 5 ([CLS] a [SEP] b [SEP]), got {self.max_len}"
+            )
         if self.masking not in SCHEMES:
             raise InfolmError(f"task.masking must be one of {', '.join(SCHEMES)}; got {self.masking!r}")
         if not 0.0 < self.mask_rate < 1.0:
@@ -97,29 +103,52 @@ def inner_subwords(sentences: SubwordSentences) -> Tensor:
     return sentences.rows[real]
 
 
+def chunk_starts(word_start: np.ndarray, width: int) -> np.ndarray:
+    """Starts of consecutive chunks of at most ``width`` subwords, each ending where a word ends (a word
+    longer than ``width`` is cut: as far as the text allows). ``word_start`` (n,) bool. (count,) int64."""
+    n = len(word_start)
+    boundaries = np.append(np.flatnonzero(word_start), n)  # where a chunk may end
+    starts = [0]
+    while starts[-1] + width < n:
+        start = starts[-1]
+        end = int(boundaries[np.searchsorted(boundaries, start + width, side="right") - 1])
+        starts.append(end if end > start else start + width)
+    return np.array(starts, dtype=np.int64)
+
+
 def cut_rows(flat: Tensor, continuation: Tensor, max_len: int, pairs: bool = False) -> Rows:
-    """Chunks of ``max_len - 2`` subwords (``- 3`` with ``pairs``: room for the middle [SEP])."""
+    """Chunks of ``max_len - 2`` subwords; with ``pairs``, of at most ``max_len - 3`` (room for the middle
+    [SEP]) ending at word boundaries, so that no NSP segment starts or ends inside a word."""
     if flat.numel() == 0:
         raise InfolmError("the split has no subwords")
     width = max_len - 3 if pairs else max_len - 2
-    count = -(-flat.numel() // width)
-    body = torch.full((count * width,), PAD_ID, dtype=torch.long)
-    body[: flat.numel()] = flat
-    body = body.view(count, width)
-    last = flat.numel() - (count - 1) * width  # subwords in the last row
-    tokens = torch.full((count, width + 2), PAD_ID, dtype=torch.long)
+    n = flat.numel()
+    starts = chunk_starts((~continuation[flat]).numpy(), width) if pairs else np.arange(0, n, width)
+    lengths = torch.from_numpy(np.append(starts[1:], n) - starts)  # (R,) subwords per row
+    column = torch.arange(width)[None, :]
+    inside = column < lengths[:, None]  # (R, width)
+    source = (torch.from_numpy(starts)[:, None] + column).clamp(max=n - 1)
+    tokens = torch.full((len(starts), width + 2), PAD_ID, dtype=torch.long)
     tokens[:, 0] = CLS_ID
-    tokens[:, 1:-1] = body
-    tokens[:-1, -1] = SEP_ID
-    tokens[-1, last + 1] = SEP_ID
+    tokens[:, 1:-1] = torch.where(inside, flat[source], PAD_ID)
+    tokens[torch.arange(len(starts)), lengths + 1] = SEP_ID
     word_start = ~continuation[tokens]
     return Rows(tokens, word_start)
 
 
 def split_pairs(tokens: Tensor, word_start: Tensor, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
-    """[CLS] x [SEP] -> [CLS] x[:s] [SEP] x[s:] [SEP] with s uniform in 1..len(x)-1 (rows of one subword stay)."""
+    """[CLS] x [SEP] -> [CLS] x[:s] [SEP] x[s:] [SEP], s uniform over the word starts inside x (BERT cuts
+    between sentences; the rows here are running text, so between words); a row of one word is cut
+    inside it (uniform s in 1..len(x)-1) and a row of one subword stays."""
     lengths = (tokens != PAD_ID).sum(1) - 2  # subwords between [CLS] and [SEP]
-    cut = torch.from_numpy(rng.integers(1, np.maximum(lengths.numpy(), 2)))  # (B,) first subword of B
+    s = torch.arange(tokens.size(1))[None, :]  # a candidate s: x[s] (position s + 1) starts B
+    inside = (s >= 1) & (s < lengths[:, None])
+    between_words = inside & word_start.roll(-1, dims=1)
+    candidates = torch.where(between_words.any(1, keepdim=True), between_words, inside)  # (B, T)
+    count = candidates.sum(1)
+    pick = torch.from_numpy(np.floor(rng.random(len(tokens)) * count.numpy()).astype(np.int64))  # (B,)
+    chosen = candidates & (candidates.long().cumsum(1) == pick[:, None] + 1)
+    cut = chosen.long().argmax(1)  # (B,) subwords in A
     ok = lengths[:, None] >= 2
     p = torch.arange(tokens.size(1) + 1)[None, :]
     source = torch.where((p > cut[:, None]) & ok, p - 1, p).clamp(max=tokens.size(1) - 1)  # B moves one right
@@ -152,7 +181,10 @@ def masked_rows(
     )
     shape = (tokens.size(0), tokens.size(1))
     spans = span_ids(masked.spans, shape) if config.masking == "span" else token_span_ids(masked.masked)
-    return Batch(masked.inputs, masked.targets, padding_mask=real, lengths=real.sum(1), extras={SPAN_IDS: spans})
+    extras = {SPAN_IDS: spans}
+    if config.pairs:  # nsp cuts its negatives at word boundaries, which [MASK] hides in the inputs
+        extras[WORD_STARTS] = word_start
+    return Batch(masked.inputs, masked.targets, padding_mask=real, lengths=real.sum(1), extras=extras)
 
 
 def extra_lines(name: str) -> list[str]:
