@@ -99,7 +99,7 @@ def test_dim_info_nce_against_a_loop():
     g = torch.Generator().manual_seed(4)
     sentence, ngram = torch.randn(3, 5, generator=g), torch.randn(7, 5, generator=g)
     owner = torch.tensor([0, 0, 1, 1, 1, 2, 2])
-    got = dim_info_nce(sentence, ngram, owner)
+    got = dim_info_nce(sentence[owner], ngram, torch.arange(7), owner)
     for s in range(7):
         candidates = [s] + [j for j in range(7) if owner[j] != owner[s]]
         scores = torch.stack([sentence[owner[s]] @ ngram[j] for j in candidates])

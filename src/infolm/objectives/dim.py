@@ -1,7 +1,8 @@
 """The DIM span objective of InfoWord (Kong et al. Sec. 4, I_DIM): InfoNCE between the global
 representation of a masked sentence, g_ω(x̂_{i:j}) (the state of its first token, [CLS]), and the
 representation of the masked n-gram x_{i:j} encoded on its own by the same Transformer, g_ω(x_{i:j});
-negatives are the n-grams of the other sentences in the batch (Sec. 5.2), f is the dot product.
+negatives are the n-grams of the other sentences in the batch (Sec. 5.2), f is the dot product. Under
+``torchrun`` the batch is every rank's rows (``across_ranks``), as one process with all of them has it.
 
 Choices where the paper is silent:
 * How an n-gram becomes one vector (``ngram_pooling``): ``cls`` (default) encodes [CLS] n-gram [SEP]
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 from infolm.data.masking import SPAN_IDS
 from infolm.data.wordpiece import CLS, PAD, SEP, SPECIALS
 from infolm.errors import InfolmError
+from infolm.objectives.across_ranks import gather, gather_with_grad, global_rows, mean_over_ranks
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.infonce import info_nce
 
@@ -69,12 +71,16 @@ def masked_ngrams(span_ids: Tensor, originals: Tensor) -> Ngrams:
     return Ngrams(tokens, real, owner)
 
 
-def dim_info_nce(sentence: Tensor, ngram: Tensor, owner: Tensor) -> Tensor:
-    """I_DIM's loss per n-gram: InfoNCE of n-gram s against its sentence's global vector, the other
-    sentences' n-grams as negatives. ``sentence`` (B, D), ``ngram`` (S, D), ``owner`` (S,). (S,)."""
-    scores = sentence[owner] @ ngram.t()  # (S, S): f(x̂ of s's sentence, n-gram s')
-    negatives = (owner[:, None] != owner[None, :]).to(scores.dtype)
-    return info_nce(scores, torch.arange(len(owner), device=owner.device), negatives)
+def dim_info_nce(query: Tensor, ngram: Tensor, positive: Tensor, owner: Tensor) -> Tensor:
+    """I_DIM's loss per query: InfoNCE of a positive n-gram against its sentence's global vector, the
+    n-grams of the other sentences as negatives.
+
+    ``query`` (Q, D) the global vector of the sentence of each query's positive; ``ngram`` (S, D) the
+    candidate n-grams; ``positive`` (Q,) each query's column of ``ngram``; ``owner`` (S,) the sentence
+    of each n-gram. Returns (Q,)."""
+    scores = query @ ngram.t()  # (Q, S): f(x̂ of the positive's sentence, n-gram s')
+    negatives = owner[None, :] != owner[positive][:, None]
+    return info_nce(scores, positive, negatives.to(scores.dtype))
 
 
 @register_objective("dim", config=DIMConfig)
@@ -93,14 +99,22 @@ class DeepInfoMaxSpans(Objective):
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         ngrams = masked_ngrams(batch.extras[SPAN_IDS], batch.targets)
-        if len(ngrams.owner) == 0 or int(ngrams.owner.max()) == int(ngrams.owner.min()):
+        # Every rank's n-grams are candidates; each rank decides from all of them, so that all ranks
+        # take the same path and meet in the same collectives.
+        owner, _ = gather(global_rows(ngrams.owner))  # (S,) over every rank
+        if len(owner) == 0 or int(owner.max()) == int(owner.min()):
             zero = output.sentence.sum() * 0.0  # one sentence (or none) has no negatives: no signal
-            return Terms(losses={"dim": zero}, metrics={"dim_ngrams": float(len(ngrams.owner))})
-        encoded = model(ngrams.tokens)
-        if self.config.ngram_pooling == "cls":
-            pooled = encoded.sentence  # (S, D)
+            return Terms(losses={"dim": zero}, metrics={"dim_ngrams": float(len(owner))})
+        if len(ngrams.owner) == 0:  # this rank masked nothing: it still joins the gather and its backward
+            pooled = output.sentence[:0]
+        elif self.config.ngram_pooling == "cls":
+            pooled = model(ngrams.tokens).sentence  # (S_r, D)
         else:
+            encoded = model(ngrams.tokens)
             weights = ngrams.real.to(encoded.states.dtype)
             pooled = (encoded.states * weights[..., None]).sum(1) / weights.sum(1, keepdim=True)
-        loss = dim_info_nce(output.sentence.float(), pooled.float(), ngrams.owner).mean()
-        return Terms(losses={"dim": loss}, metrics={"dim_ngrams": float(len(ngrams.owner))})
+        candidates, start = gather_with_grad(pooled.float())  # (S, D)
+        positive = start + torch.arange(len(ngrams.owner), device=owner.device)
+        query = output.sentence.float()[ngrams.owner]  # (S_r, D)
+        loss = mean_over_ranks(dim_info_nce(query, candidates, positive, owner))
+        return Terms(losses={"dim": loss}, metrics={"dim_ngrams": float(len(owner))})
