@@ -5,6 +5,10 @@ negatives are the n-grams of the other sentences in the batch (Sec. 5.2), f is t
 ``torchrun`` the batch is every rank's rows (``across_ranks``), as one process with all of them has it.
 
 Choices where the paper is silent:
+* An n-gram of another sentence made of exactly the positive's subwords is not a negative: S holds
+  the positive and "negative n-grams from other sentences" (Sec. 4), and a copy of the positive is the
+  positive's content, which the sentence does contain; counted as a negative, its encoding would be
+  pushed away from the sentence. (MLM-NCE keeps such copies: see ``mlm_nce.py``.)
 * How an n-gram becomes one vector (``ngram_pooling``): ``cls`` (default) encodes [CLS] n-gram [SEP]
   and takes the [CLS] state, as the global view does; ``mean`` averages the n-gram's token states.
 * A sentence with several masked spans is encoded once, masked at all of them (as MLM reads it), and
@@ -71,15 +75,20 @@ def masked_ngrams(span_ids: Tensor, originals: Tensor) -> Ngrams:
     return Ngrams(tokens, real, owner)
 
 
-def dim_info_nce(query: Tensor, ngram: Tensor, positive: Tensor, owner: Tensor) -> Tensor:
+def dim_info_nce(
+    query: Tensor, ngram: Tensor, positive: Tensor, owner: Tensor, content: Tensor | None = None
+) -> Tensor:
     """I_DIM's loss per query: InfoNCE of a positive n-gram against its sentence's global vector, the
-    n-grams of the other sentences as negatives.
+    n-grams of the other sentences as negatives, except those with the positive's subwords.
 
     ``query`` (Q, D) the global vector of the sentence of each query's positive; ``ngram`` (S, D) the
     candidate n-grams; ``positive`` (Q,) each query's column of ``ngram``; ``owner`` (S,) the sentence
-    of each n-gram. Returns (Q,)."""
+    of each n-gram; ``content`` (S,) equal for n-grams of the same subwords (None: all different).
+    Returns (Q,)."""
     scores = query @ ngram.t()  # (Q, S): f(x̂ of the positive's sentence, n-gram s')
     negatives = owner[None, :] != owner[positive][:, None]
+    if content is not None:
+        negatives &= content[None, :] != content[positive][:, None]
     return info_nce(scores, positive, negatives.to(scores.dtype))
 
 
@@ -105,6 +114,7 @@ class DeepInfoMaxSpans(Objective):
         if len(owner) == 0 or int(owner.max()) == int(owner.min()):
             zero = output.sentence.sum() * 0.0  # one sentence (or none) has no negatives: no signal
             return Terms(losses={"dim": zero}, metrics={"dim_ngrams": float(len(owner))})
+        _, content = torch.unique(gather(ngrams.tokens, fill=SPECIALS.index(PAD))[0], dim=0, return_inverse=True)
         if len(ngrams.owner) == 0:  # this rank masked nothing: it still joins the gather and its backward
             pooled = output.sentence[:0]
         elif self.config.ngram_pooling == "cls":
@@ -116,5 +126,5 @@ class DeepInfoMaxSpans(Objective):
         candidates, start = gather_with_grad(pooled.float())  # (S, D)
         positive = start + torch.arange(len(ngrams.owner), device=owner.device)
         query = output.sentence.float()[ngrams.owner]  # (S_r, D)
-        loss = mean_over_ranks(dim_info_nce(query, candidates, positive, owner))
+        loss = mean_over_ranks(dim_info_nce(query, candidates, positive, owner, content))
         return Terms(losses={"dim": loss}, metrics={"dim_ngrams": float(len(owner))})

@@ -10,6 +10,15 @@ Negatives (the paper disagrees with itself; a setting here):
 Either way the candidate set is the positive plus the negatives as drawn: a negative of the positive's
 own type is kept (Eq. 1's estimator with samples from q), and no correction for q is applied.
 
+Why a masked word of another row that equals the positive stays a negative here while ``dim`` drops an
+n-gram equal to its positive: a candidate of MLM-NCE is a type, scored by a lookup, f(x̂_i, x_j) =
+g_ω(x̂_i)ᵀ g_ψ(x_j), so the other row's copy is the positive's class drawn again from q and has exactly
+the positive's score. It never pushes that score down (d loss / d f_pos = (1 + c) e^f_pos / Z - 1 <= 0
+with c copies); it only bounds the attainable probability by 1 / (1 + c), as Eq. 1 with B drawn from q
+(the batch's words are draws of the unigram distribution) does. Dropping it would change q to "the
+unigram given not b", which the paper does not do. A DIM candidate is an encoded n-gram with a
+representation of its own, which a copy counted as a negative would push away from the sentence.
+
 Under ``torchrun`` the batch negatives are the masked subwords of every rank's rows (``across_ranks``).
 """
 
