@@ -102,11 +102,54 @@ def test_dim_info_nce_against_a_loop():
     g = torch.Generator().manual_seed(4)
     sentence, ngram = torch.randn(3, 5, generator=g), torch.randn(7, 5, generator=g)
     owner = torch.tensor([0, 0, 1, 1, 1, 2, 2])
-    got = dim_info_nce(sentence, ngram, owner)
+    got = dim_info_nce(sentence[owner], ngram, torch.arange(7), owner)
     for s in range(7):
         candidates = [s] + [j for j in range(7) if owner[j] != owner[s]]
         scores = torch.stack([sentence[owner[s]] @ ngram[j] for j in candidates])
         torch.testing.assert_close(got[s], torch.logsumexp(scores, 0) - scores[0])
+
+
+def span_batch(rows: list[tuple[list[int], list[tuple[int, int]]]]) -> Batch:
+    """Rows of subwords with the spans (start, end) masked whole, as the task lays them out for dim."""
+    width = max(len(tokens) for tokens, _ in rows)
+    originals = torch.zeros(len(rows), width, dtype=torch.long)
+    ids = torch.full_like(originals, -1)
+    for i, (tokens, spans) in enumerate(rows):
+        originals[i, : len(tokens)] = torch.tensor(tokens)
+        for k, (start, end) in enumerate(spans):
+            ids[i, start:end] = k
+    masked = ids >= 0
+    return Batch(originals.masked_fill(masked, 4), originals.masked_fill(~masked, IGNORE_INDEX), extras={SPAN_IDS: ids})
+
+
+def test_dim_an_identical_ngram_of_another_sentence_is_not_a_negative():
+    """Two sentences masking the same n-gram: each one's only other candidate is its copy, so nothing is
+    left to contrast and the loss is 0 (counting the copy, whose encoding equals the positive's, gives ln 2)."""
+    encoder = tiny_encoder()
+    batch = span_batch([([2, 7, 8, 9, 3], [(1, 3)]), ([2, 10, 7, 8, 11, 12, 3], [(2, 4)])])
+    loss = OBJECTIVES.build("dim", {})(encoder, batch, encoder(batch.inputs)).losses["dim"]
+    torch.testing.assert_close(loss, torch.tensor(0.0))
+
+
+def test_dim_negatives_are_the_other_sentences_ngrams_but_copies_of_the_positive():
+    encoder = tiny_encoder()
+    rows = [
+        ([2, 7, 8, 9, 12, 3], [(1, 3), (4, 5)]),
+        ([2, 7, 8, 3, 13, 14, 3], [(1, 3), (4, 6)]),
+        ([2, 12, 15, 16, 3], [(1, 2), (2, 4)]),
+        ([2, 17, 7, 8, 9, 3], [(2, 5)]),  # 7 8 9 contains 7 8 but is not a copy of it
+    ]
+    batch = span_batch(rows)
+    output = encoder(batch.inputs)
+    loss = OBJECTIVES.build("dim", {})(encoder, batch, output).losses["dim"]
+    ngrams = [(row, tokens[start:end]) for row, (tokens, spans) in enumerate(rows) for start, end in spans]
+    encoded = [encoder(torch.tensor([[2, *ngram, 3]])).sentence[0] for _, ngram in ngrams]
+    terms = []
+    for s, (row, ngram) in enumerate(ngrams):
+        candidates = [s] + [j for j, (other, words) in enumerate(ngrams) if other != row and words != ngram]
+        scores = torch.stack([output.sentence[row] @ encoded[j] for j in candidates])
+        terms.append(torch.logsumexp(scores, 0) - scores[0])
+    torch.testing.assert_close(loss, torch.stack(terms).mean(), atol=1e-5, rtol=1e-5)
 
 
 def test_dim_term_trains_the_encoder_and_both_poolings_run():
@@ -137,17 +180,24 @@ def test_dim_query_sees_no_subword_of_its_spans(monkeypatch):
     import infolm.objectives.dim as dim
 
     queries = []
-    monkeypatch.setattr(dim, "dim_info_nce", lambda sentence, ngram, owner: queries.append(sentence) or owner * 0.0)
+
+    def spy_info_nce(query, ngram, positive, owner, content=None):
+        queries.append((query, owner[positive]))  # each query's vector and the sentence it belongs to
+        return query[:, 0] * 0.0
+
+    monkeypatch.setattr(dim, "dim_info_nce", spy_info_nce)
     term, spy = OBJECTIVES.build("dim", {}), InputSpy()
     shown = 0  # span subwords the MLM input leaves as they are (BERT's 10% "unchanged", Sec. 3.2)
     for seed in range(200):
         tokens, masked, batch = masked_batch(seed)
         queries.clear()
         term(spy, batch, spy(batch.inputs))
-        in_span = batch.extras[SPAN_IDS] >= 0
-        query = queries[0][:, : tokens.size(1)].long()  # the input of the pass g_ω(x̂_{i:j}) came from
+        vectors, rows = queries[0]
+        in_span = (batch.extras[SPAN_IDS] >= 0)[rows]  # per query, its sentence's span subwords
+        query = vectors[:, : tokens.size(1)].long()  # the input of the pass g_ω(x̂_{i:j}) came from
         assert bool((query[in_span] == 4).all()), seed  # every span subword reads [MASK]
-        assert torch.equal(query[~in_span], tokens[~in_span])  # the rest of the sentence as it is
+        assert torch.equal(query[~in_span], tokens[rows][~in_span])  # the rest of the sentence as it is
+        in_span = batch.extras[SPAN_IDS] >= 0
         shown += int((batch.inputs[in_span] == tokens[in_span]).sum())
     assert shown > 0  # the MLM input still keeps BERT's 80/10/10
 

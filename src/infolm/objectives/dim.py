@@ -1,9 +1,14 @@
 """The DIM span objective of InfoWord (Kong et al. Sec. 4, I_DIM): InfoNCE between the global
 representation of a masked sentence, g_ω(x̂_{i:j}) (the state of its first token, [CLS]), and the
 representation of the masked n-gram x_{i:j} encoded on its own by the same Transformer, g_ω(x_{i:j});
-negatives are the n-grams of the other sentences in the batch (Sec. 5.2), f is the dot product.
+negatives are the n-grams of the other sentences in the batch (Sec. 5.2), f is the dot product. Under
+``torchrun`` the batch is every rank's rows (``across_ranks``), as one process with all of them has it.
 
 Choices where the paper is silent:
+* An n-gram of another sentence made of exactly the positive's subwords is not a negative: S holds
+  the positive and "negative n-grams from other sentences" (Sec. 4), and a copy of the positive is the
+  positive's content, which the sentence does contain; counted as a negative, its encoding would be
+  pushed away from the sentence. (MLM-NCE keeps such copies: see ``mlm_nce.py``.)
 * How an n-gram becomes one vector (``ngram_pooling``): ``cls`` (default) encodes [CLS] n-gram [SEP]
   and takes the [CLS] state, as the global view does; ``mean`` averages the n-gram's token states.
 * A sentence with several masked spans is encoded once, masked at all of them, and each of its spans
@@ -28,6 +33,7 @@ from torch import Tensor, nn
 from infolm.data.masking import SPAN_IDS
 from infolm.data.wordpiece import CLS, MASK, PAD, SEP, SPECIALS
 from infolm.errors import InfolmError
+from infolm.objectives.across_ranks import gather, gather_with_grad, global_rows, mean_over_ranks
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.infonce import info_nce
 
@@ -81,12 +87,21 @@ def query_inputs(inputs: Tensor, span_ids: Tensor) -> Tensor:
     return inputs.masked_fill(span_ids >= 0, SPECIALS.index(MASK))
 
 
-def dim_info_nce(sentence: Tensor, ngram: Tensor, owner: Tensor) -> Tensor:
-    """I_DIM's loss per n-gram: InfoNCE of n-gram s against its sentence's global vector, the other
-    sentences' n-grams as negatives. ``sentence`` (B, D), ``ngram`` (S, D), ``owner`` (S,). (S,)."""
-    scores = sentence[owner] @ ngram.t()  # (S, S): f(x̂ of s's sentence, n-gram s')
-    negatives = (owner[:, None] != owner[None, :]).to(scores.dtype)
-    return info_nce(scores, torch.arange(len(owner), device=owner.device), negatives)
+def dim_info_nce(
+    query: Tensor, ngram: Tensor, positive: Tensor, owner: Tensor, content: Tensor | None = None
+) -> Tensor:
+    """I_DIM's loss per query: InfoNCE of a positive n-gram against its sentence's global vector, the
+    n-grams of the other sentences as negatives, except those with the positive's subwords.
+
+    ``query`` (Q, D) the global vector of the sentence of each query's positive; ``ngram`` (S, D) the
+    candidate n-grams; ``positive`` (Q,) each query's column of ``ngram``; ``owner`` (S,) the sentence
+    of each n-gram; ``content`` (S,) equal for n-grams of the same subwords (None: all different).
+    Returns (Q,)."""
+    scores = query @ ngram.t()  # (Q, S): f(x̂ of the positive's sentence, n-gram s')
+    negatives = owner[None, :] != owner[positive][:, None]
+    if content is not None:
+        negatives &= content[None, :] != content[positive][:, None]
+    return info_nce(scores, positive, negatives.to(scores.dtype))
 
 
 @register_objective("dim", config=DIMConfig)
@@ -105,17 +120,26 @@ class DeepInfoMaxSpans(Objective):
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         ngrams = masked_ngrams(batch.extras[SPAN_IDS], batch.targets)
-        if len(ngrams.owner) == 0 or int(ngrams.owner.max()) == int(ngrams.owner.min()):
+        # Every rank's n-grams are candidates; each rank decides from all of them, so that all ranks
+        # take the same path and meet in the same collectives.
+        owner, _ = gather(global_rows(ngrams.owner))  # (S,) over every rank
+        if len(owner) == 0 or int(owner.max()) == int(owner.min()):
             zero = output.sentence.sum() * 0.0  # one sentence (or none) has no negatives: no signal
-            return Terms(losses={"dim": zero}, metrics={"dim_ngrams": float(len(ngrams.owner))})
-        encoded = model(ngrams.tokens)
-        if self.config.ngram_pooling == "cls":
-            pooled = encoded.sentence  # (S, D)
+            return Terms(losses={"dim": zero}, metrics={"dim_ngrams": float(len(owner))})
+        _, content = torch.unique(gather(ngrams.tokens, fill=SPECIALS.index(PAD))[0], dim=0, return_inverse=True)
+        if len(ngrams.owner) == 0:  # this rank masked nothing: it still joins the gather and its backward
+            pooled = output.sentence[:0]
+        elif self.config.ngram_pooling == "cls":
+            pooled = model(ngrams.tokens).sentence  # (S_r, D)
         else:
+            encoded = model(ngrams.tokens)
             weights = ngrams.real.to(encoded.states.dtype)
             pooled = (encoded.states * weights[..., None]).sum(1) / weights.sum(1, keepdim=True)
-        query = query_inputs(batch.inputs, batch.extras[SPAN_IDS])
+        query_ids = query_inputs(batch.inputs, batch.extras[SPAN_IDS])
         # the MLM pass serves as the query only where it already reads [MASK] at every span subword
-        sentence = output.sentence if torch.equal(query, batch.inputs) else model(query).sentence  # (B, D)
-        loss = dim_info_nce(sentence.float(), pooled.float(), ngrams.owner).mean()
-        return Terms(losses={"dim": loss}, metrics={"dim_ngrams": float(len(ngrams.owner))})
+        sentence = output.sentence if torch.equal(query_ids, batch.inputs) else model(query_ids).sentence  # (B, D)
+        candidates, start = gather_with_grad(pooled.float())  # (S, D)
+        positive = start + torch.arange(len(ngrams.owner), device=owner.device)
+        query = sentence.float()[ngrams.owner]  # (S_r, D)
+        loss = mean_over_ranks(dim_info_nce(query, candidates, positive, owner, content))
+        return Terms(losses={"dim": loss}, metrics={"dim_ngrams": float(len(owner))})

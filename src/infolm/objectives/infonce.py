@@ -50,13 +50,16 @@ def local_nce(positive_scores: Tensor, negative_scores: Tensor) -> Tensor:
     return F.softplus(-positive_scores) + F.softplus(negatives).sum(1)
 
 
-def in_batch_negative_counts(owner: Tensor, candidate_of: Tensor, num_candidates: int, num_owners: int) -> Tensor:
-    """Negatives "from other sequences in the same batch" (Sec. 5.2) as counts (N, K).
+def in_batch_negative_counts(
+    owner: Tensor, candidate_of: Tensor, num_candidates: int, num_owners: int, query_owner: Tensor | None = None
+) -> Tensor:
+    """Negatives "from other sequences in the same batch" (Sec. 5.2) as counts (Q, K).
 
     Item n (a masked word or n-gram) belongs to sequence ``owner[n]`` and is candidate column
-    ``candidate_of[n]``. Row n counts each column's occurrences in the *other* sequences.
+    ``candidate_of[n]``. Query q, an item of sequence ``query_owner[q]`` (None: the items themselves,
+    Q = N), counts each column's occurrences in the *other* sequences.
     """
     per_owner = torch.zeros(num_owners, num_candidates, device=owner.device)
     per_owner.index_put_((owner, candidate_of), torch.ones_like(owner, dtype=per_owner.dtype), accumulate=True)
     total = per_owner.sum(0, keepdim=True)  # (1, K)
-    return total - per_owner[owner]  # (N, K)
+    return total - per_owner[owner if query_owner is None else query_owner]  # (Q, K)

@@ -9,6 +9,17 @@ Negatives (the paper disagrees with itself; a setting here):
   subwords (raised to ``unigram_power``), shared by all masked positions of the batch.
 Either way the candidate set is the positive plus the negatives as drawn: a negative of the positive's
 own type is kept (Eq. 1's estimator with samples from q), and no correction for q is applied.
+
+Why a masked word of another row that equals the positive stays a negative here while ``dim`` drops an
+n-gram equal to its positive: a candidate of MLM-NCE is a type, scored by a lookup, f(x̂_i, x_j) =
+g_ω(x̂_i)ᵀ g_ψ(x_j), so the other row's copy is the positive's class drawn again from q and has exactly
+the positive's score. It never pushes that score down (d loss / d f_pos = (1 + c) e^f_pos / Z - 1 <= 0
+with c copies); it only bounds the attainable probability by 1 / (1 + c), as Eq. 1 with B drawn from q
+(the batch's words are draws of the unigram distribution) does. Dropping it would change q to "the
+unigram given not b", which the paper does not do. A DIM candidate is an encoded n-gram with a
+representation of its own, which a copy counted as a negative would push away from the sentence.
+
+Under ``torchrun`` the batch negatives are the masked subwords of every rank's rows (``across_ranks``).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from torch import Tensor, nn
 from infolm.data.masking import IGNORE_INDEX
 from infolm.data.subwords import EncoderData
 from infolm.errors import InfolmError
+from infolm.objectives.across_ranks import gather, global_rows, mean_over_ranks
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.infonce import in_batch_negative_counts, info_nce
 from infolm.objectives.mlm import masked_states
@@ -52,10 +64,16 @@ def unigram_candidates(draws: Tensor, positives: Tensor) -> tuple[Tensor, Tensor
     return types, inverse[: len(positives)], counts.expand(len(positives), -1)
 
 
-def batch_candidates(positives: Tensor, rows: Tensor, num_rows: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Candidate types, each positive's column and counts (N, U) of the other rows' masked subwords."""
-    types, inverse = torch.unique(positives, return_inverse=True)
-    return types, inverse, in_batch_negative_counts(rows, inverse, len(types), num_rows)
+def batch_candidates(positives: Tensor, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Candidate types, each positive's column and counts (N, U) of the other rows' masked subwords.
+    ``rows`` (N,) are the positives' rows in the global batch: every rank's masked subwords are
+    candidates, so that P ranks see the candidates of one process with the whole batch."""
+    every_positive, _ = gather(positives)
+    every_row, _ = gather(rows)
+    types, inverse = torch.unique(every_positive, return_inverse=True)
+    num_rows = int(every_row.max()) + 1 if len(every_row) else 0
+    counts = in_batch_negative_counts(every_row, inverse, len(types), num_rows, query_owner=rows)
+    return types, torch.searchsorted(types, positives), counts
 
 
 @register_objective("mlm-nce", config=MLMNCEConfig)
@@ -90,13 +108,12 @@ class MaskedLMNCE(Objective):
         positives = batch.targets[masked]  # (N,)
         features = model.mlm_features(masked_states(model, batch, output)[masked])  # type: ignore[operator]
         if self.config.negatives == "batch":
-            rows = torch.nonzero(masked)[:, 0]
-            types, column, counts = batch_candidates(positives, rows, masked.size(0))
+            types, column, counts = batch_candidates(positives, global_rows(torch.nonzero(masked)[:, 0]))
         else:
             if self.proposal.numel() == 0:
                 raise InfolmError("objective mlm-nce with negatives=unigram needs the task's subword counts")
             draws = torch.multinomial(self.proposal, self.config.num_negatives, replacement=True)
             types, column, counts = unigram_candidates(draws.to(positives.device), positives)
         scores = model.mlm_logits(features, types)  # type: ignore[operator]  # (N, U)
-        loss = info_nce(scores.float(), column, counts).mean()
+        loss = mean_over_ranks(info_nce(scores.float(), column, counts))  # the mean over every rank's masked subwords
         return Terms(losses={"mlm-nce": loss}, tokens=int(masked.sum()))

@@ -13,6 +13,8 @@ this term's own parameters.
 
 Where the paper is silent: negatives come from the batch (not a separate corpus draw); their second
 sentence is cut at word boundaries (``extras["word_starts"]``; without it every subword starts a word).
+Under ``torchrun`` the rows are those of the global batch, every rank's (``across_ranks``): the B of row
+i + k may be another rank's, and P ranks pair sentences as one process with the whole batch does.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch import Tensor, nn
 from infolm.data.masking import WORD_STARTS
 from infolm.data.wordpiece import PAD, SEP, SPECIALS
 from infolm.errors import InfolmError
+from infolm.objectives.across_ranks import gather_batch, mean_over_ranks
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.infonce import info_nce, local_nce
 
@@ -140,15 +143,19 @@ class NextSentencePrediction(Objective):
         if bool(((batch.inputs == SEP_ID).sum(1) < 2).any()):
             raise InfolmError("objective nsp needs rows of two sentences: set task.pairs=true")
         positive = self.score(output.sentence).squeeze(-1)  # (B,)
+        global_batch, own = gather_batch(batch.inputs, fill=PAD_ID)  # (N, T); (B,) this rank's rows in it
+        word_starts = batch.extras.get(WORD_STARTS)  # (B, T) bool, gathered as bytes
+        global_starts = None if word_starts is None else gather_batch(word_starts.to(torch.uint8))[0].bool()
         negatives = []
         for shift in range(1, self.config.negatives + 1):
-            swapped = swap_second_sentences(batch.inputs, shift, batch.extras.get(WORD_STARTS))
+            swapped = swap_second_sentences(global_batch, shift, global_starts)[own]
+            swapped = swapped[:, : int((swapped != PAD_ID).sum(1).max())]  # (B, W) without other ranks' padding
             negatives.append(self.score(model(swapped).sentence).squeeze(-1))
         negative = torch.stack(negatives, dim=1).float()  # (B, K)
         if self.config.form == "local":
-            loss = local_nce(positive.float(), negative).mean()
+            loss = mean_over_ranks(local_nce(positive.float(), negative))
         else:
             scores = torch.cat([positive.float()[:, None], negative], dim=1)
-            loss = info_nce(scores, torch.zeros(len(scores), dtype=torch.long, device=scores.device)).mean()
-        accuracy = float((positive[:, None] > negative).float().mean())
+            loss = mean_over_ranks(info_nce(scores, torch.zeros(len(scores), dtype=torch.long, device=scores.device)))
+        accuracy = float(mean_over_ranks((positive[:, None] > negative).float().mean(1)))  # every rank's pairs
         return Terms(losses={"nsp": loss}, metrics={"nsp_accuracy": accuracy})
