@@ -178,3 +178,15 @@ def test_a_tokenizer_json_of_the_library_trainer_still_loads(tmp_path):
     ids = loaded.encode(["the lazy dogs jumped"])[0]
     assert ids == [tokenizer.token_to_id(t) for t in tokenizer.encode("the lazy dogs jumped").tokens]
     assert loaded.decode(ids) == "the lazy dogs jumped"
+
+
+def test_only_the_first_process_writes_the_run_tokenizer(tmp_path, monkeypatch):
+    from infolm.tasks.wordpiece_run import TOKENIZER_FILE, save_tokenizer
+
+    tokenizer = WordPiece.train(["the cat sat", "the dog sat"], WordPieceConfig(vocab_size=40))
+    monkeypatch.setenv("RANK", "1")  # a second torchrun process: the run directory is the first's to write
+    save_tokenizer(tokenizer, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("RANK", "0")
+    save_tokenizer(tokenizer, tmp_path / "run")
+    assert (tmp_path / "run" / TOKENIZER_FILE).exists()

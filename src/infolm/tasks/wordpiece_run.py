@@ -4,6 +4,7 @@ task's training text. A run resumed or initialised with another tokenizer is ref
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -39,8 +40,10 @@ def run_tokenizer(
 
 
 def save_tokenizer(tokenizer: WordPiece, run_dir: str | Path) -> None:
+    """Write the run's tokenizer once, from the first process only: under ``torchrun`` the other ranks
+    would otherwise write into the run directory before the first checks that it holds no other run."""
     path = Path(run_dir) / TOKENIZER_FILE
-    if not path.exists():
+    if int(os.environ.get("RANK", "0")) == 0 and not path.exists():
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         tokenizer.save(path)
 
