@@ -27,9 +27,20 @@ def test_each_extra_gets_its_line_from_its_own_numbers():
         "induced": {"valid": {"induced_ppl": 1.0, "kn_ppl": 2.0}, "test": {"induced_ppl": 150.0, "kn_ppl": 200.0}},
         "reverse_ppl": {"test_ppl": 250.0, "valid_ppl": 260.0, "heldout_ppl": 90.0, "generated_tokens": 10000.0},
         "mi": {"generated": {"mean": 0.1, "std": 0.01}, "real": {"mean": 0.2, "std": 0.02}, "tokens": 5000},
+        "interpolate": {"split": "test", "tuned_on": "valid", "order": 2, "alpha": 0.12345}
+        | {"model_nll": math.log(80.0), "mixed_nll": math.log(72.0), "ngram_nll": math.log(150.0)},
     }
     lines = extra_summaries(result, "word", induced_order=2)
-    assert list(lines) == ["induced", "temperature", "mc_dropout", "dynamic", "reverse_ppl", "mi"]
+    assert list(lines) == ["induced", "temperature", "mc_dropout", "dynamic", "reverse_ppl", "mi", "interpolate"]
+    assert lines["interpolate"] == (
+        "2-gram interpolation: test ppl 80.00 -> 72.00 (-10.0%), alpha=0.1235 tuned on valid "
+        "(the 2-gram alone: ppl 150.00)"
+    )
+    in_bits = {**result["interpolate"], "model_nll": math.log(2), "mixed_nll": 0.5 * math.log(2)}
+    assert extra_summaries({"interpolate": in_bits | {"ngram_nll": 3 * math.log(2)}}, "char")["interpolate"] == (
+        "2-gram interpolation: test bpc 1.000 -> 0.500 (-50.0%), alpha=0.1235 tuned on valid "
+        "(the 2-gram alone: bpc 3.000)"
+    )
     assert lines["dynamic"] == (
         "dynamic evaluation: test ppl 80.00 -> 60.00 (-25.0%), tuned on valid: lr=0.0001, lambda=0.001, "
         "epsilon=1e-05, max_time_steps=10"

@@ -198,6 +198,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     batch_size = config.data.eval_batch_size = args.batch_size or config.data.eval_batch_size
     bptt = config.data.bptt = args.bptt or config.data.bptt
     task = build_task(config, corpus)
+    ngram = _interpolation_ngram(args, task, config, corpus) if args.interpolate else None
     if args.samples is not None:
         if args.samples < 1:
             raise InfolmError(f"--samples must be at least 1, got {args.samples}")
@@ -268,8 +269,34 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "real": dataclasses.asdict(estimate_segment_mi(real, len(corpus.vocab))),
             "tokens": args.mi_generated,
         }
+    if ngram is not None:
+        from infolm.evaluation.interpolation import interpolate_with_ngram
+
+        valid = task.token_scores(model, "valid", device)
+        scored = valid if args.split == "valid" else task.token_scores(model, args.split, device)
+        report = interpolate_with_ngram(ngram, valid, scored)
+        result["interpolate"] = {"arpa": args.interpolate, "split": args.split, "tuned_on": "valid", **report}
     _print_evaluation(result, getattr(corpus, "level", "word"), args)
     return 0
+
+
+def _interpolation_ngram(args: argparse.Namespace, task: Any, config: Any, corpus: Any) -> Any:
+    """The ``--interpolate`` ARPA file read onto the run's vocabulary (before any scoring: a bad file fails
+    fast), with a note on stderr naming the run words it lacks."""
+    from infolm.ngram.remap import read_ngram_onto
+
+    if not task.scores_tokens:
+        raise InfolmError(
+            f"--interpolate mixes a causal LM's next-token probabilities with an n-gram's; {args.run_dir} trains "
+            f"task {config.task['name']}, which does not score a text token by token"
+        )
+    ngram = read_ngram_onto(args.interpolate, corpus.vocab)
+    if ngram.missing:
+        sys.stderr.write(
+            f"infolm: note: --interpolate: {len(ngram.missing)} of the run's {len(corpus.vocab)} words are not in "
+            f"the n-gram and are read as its <unk> (e.g. {ngram.missing[0]!r})\n"
+        )
+    return ngram
 
 
 def _print_evaluation(result: dict[str, Any], level: str, args: argparse.Namespace) -> None:
@@ -284,6 +311,7 @@ def _print_evaluation(result: dict[str, Any], level: str, args: argparse.Namespa
         "dynamic": args.dynamic,
         "reverse_ppl": args.reverse_ppl,
         "mi": args.mi_generated,  # a latent run's own "mi" value is not the segment MI of generated text
+        "interpolate": args.interpolate,
     }
     extras = {key: result[key] for key, flag in asked.items() if flag and key in result}
     summaries = extra_summaries(extras, level, args.induced_ngram)
@@ -549,6 +577,12 @@ def make_parser() -> Parser:
     )
     p.add_argument("--reverse-ppl", type=int, default=0, metavar="N", help="reverse perplexity from N generated tokens")
     p.add_argument("--mi-generated", type=int, default=0, metavar="N", help="segment MI of N generated vs real tokens")
+    p.add_argument(
+        "--interpolate",
+        default="",
+        metavar="ARPA",
+        help="also the model mixed with this n-gram (ARPA, e.g. from infolm ngram build), the weight tuned on valid",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of sampling-based evaluations")
     cut = p.add_mutually_exclusive_group()
     cut.add_argument(

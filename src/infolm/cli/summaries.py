@@ -1,8 +1,9 @@
 """One line a person reads at a glance after each extra evaluation of ``infolm evaluate``.
 
 Each extra (dynamic evaluation, MC dropout, temperature, the induced n-gram, reverse perplexity,
-segment MI) returns a dict of raw numbers; :func:`extra_summaries` turns each into a before/after line
-(``dynamic evaluation: test ppl 85.19 -> 73.12 (-14.2%), tuned on valid: ...``) from those numbers alone.
+segment MI, interpolation with an n-gram) returns a dict of raw numbers; :func:`extra_summaries` turns
+each into a before/after line (``dynamic evaluation: test ppl 85.19 -> 73.12 (-14.2%), tuned on valid:
+...``) from those numbers alone.
 Perplexities for word data, bits per character for character data.
 """
 
@@ -77,6 +78,16 @@ def mi_summary(result: dict[str, Any], level: str) -> str:
     )
 
 
+def interpolation_summary(result: dict[str, Any], level: str) -> str:
+    change = before_after(result["split"], result["model_nll"], result["mixed_nll"], level)
+    unit, digits = ("bpc", 3) if level == "char" else ("ppl", 2)
+    alone = _in_unit(result["ngram_nll"], level)
+    return (
+        f"{result['order']}-gram interpolation: {change}, alpha={result['alpha']:.4f} tuned on "
+        f"{result['tuned_on']} (the {result['order']}-gram alone: {unit} {alone:.{digits}f})"
+    )
+
+
 def extra_summaries(result: dict[str, Any], level: str, induced_order: int = 0) -> dict[str, str]:
     """``{result key: line}`` for every extra present in ``result`` (the dict ``infolm evaluate`` prints)."""
     writers: dict[str, Callable[[dict[str, Any], str], str]] = {
@@ -86,5 +97,6 @@ def extra_summaries(result: dict[str, Any], level: str, induced_order: int = 0) 
         "dynamic": dynamic_summary,
         "reverse_ppl": reverse_ppl_summary,
         "mi": mi_summary,
+        "interpolate": interpolation_summary,
     }
     return {key: write(result[key], level) for key, write in writers.items() if key in result}

@@ -114,13 +114,31 @@ def read_arpa(path: str | Path, vocab: Vocab) -> NgramModel:
     The history of a scored stream is ``<eos>`` when the vocabulary has it.
     """
     path = Path(path)
+    return _model(_parse_sections(_read_text(path), path), vocab, path)
+
+
+def read_arpa_own_vocab(path: str | Path) -> tuple[NgramModel, Vocab]:
+    """Read an ARPA file over its own vocabulary: the words of its unigrams, in the file's order
+    (``<s>``, ``</s>`` and ``<unk>`` included, as any other word). Returns the model and that vocabulary."""
+    path = Path(path)
+    sections = _parse_sections(_read_text(path), path)
+    words = [unescape_token(token) for token in sections[0][1]]
+    if len(set(words)) != len(words):
+        raise InfolmError(f"{path}: a unigram is listed twice")
+    vocab = Vocab(words)
+    return _model(sections, vocab, path), vocab
+
+
+def _read_text(path: Path) -> str:
     if not path.is_file():
         raise InfolmError(f"ARPA file not found: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise InfolmError(f"cannot read ARPA file {path}: {error}") from None
-    sections = _parse_sections(text, path)
+
+
+def _model(sections: list[list[list[str]]], vocab: Vocab, path: Path) -> NgramModel:
     vocab_size = len(vocab)
     stoi = {escape_token(t): i for i, t in enumerate(vocab.itos)}
     tables: list[BackoffTable] = []

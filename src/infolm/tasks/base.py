@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from infolm.config import Config, DataConfig
     from infolm.data.corpus import Corpus
     from infolm.evaluation.generation import SamplingSettings
+    from infolm.evaluation.perplexity import TokenScores
     from infolm.models.base import LanguageModel
 
 TASKS: Registry[Task] = Registry("task")
@@ -123,6 +124,7 @@ class Task:
     provides: frozenset[str] = frozenset()  # batch features (FEATURES) the task's batches carry
     serves: frozenset[str] = frozenset({"causal-lm"})  # model protocols (PROTOCOLS) it can train
     generates: bool = False  # implements ``generate`` (what ``infolm generate`` samples from)
+    scores_tokens: bool = False  # implements ``token_scores`` (what ``infolm evaluate --interpolate`` mixes)
 
     @classmethod
     def load_data(cls, config: Config) -> Any:
@@ -166,6 +168,13 @@ class Task:
         self, model: LanguageModel, prompt: list[int], settings: SamplingSettings, generator: torch.Generator
     ) -> list[list[int]]:  # pragma: no cover - abstract
         """Sampled continuations of ``prompt`` (token ids), one list per sample."""
+        raise NotImplementedError
+
+    def token_scores(
+        self, model: LanguageModel, split: str, device: torch.device | str = "cpu"
+    ) -> TokenScores:  # pragma: no cover - abstract
+        """ln p(token | history) of every target of ``split`` in text order, with the segments of text
+        the histories come from (their sum is ``evaluate``'s NLL sum)."""
         raise NotImplementedError
 
 

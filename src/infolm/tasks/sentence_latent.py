@@ -57,6 +57,7 @@ class SentenceLatent(SentenceLM):
     shared_forward = False
     provides = frozenset({"sentences"})
     serves = frozenset({"latent-variable"})
+    scores_tokens = False  # a latent model's likelihood of a token is a bound over z, not a next-token probability
     config: SentenceLatentConfig
 
     def evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from infolm.data.batching import IGNORE_INDEX
 from infolm.data.corpus import SPLITS, Corpus
 from infolm.errors import InfolmError
 from infolm.evaluation.generation import SamplingSettings, sample
+from infolm.evaluation.perplexity import TokenScores
 from infolm.models.base import LanguageModel
 from infolm.tasks.base import Metrics, Task, numpy_rng_state, perplexity, register_task, set_numpy_rng_state
 
@@ -149,6 +151,7 @@ class SentenceLM(Task):
     provides = frozenset({"next-token", "sentences"})
     serves = frozenset({"causal-lm"})
     generates = True
+    scores_tokens = True
 
     def __init__(self, config: SentenceLMConfig) -> None:
         self.config = config
@@ -199,24 +202,47 @@ class SentenceLM(Task):
     def evaluate(self, model: LanguageModel, split: str, device: torch.device | str = "cpu") -> Metrics:
         assert self.corpus is not None
         sentences = self.sentences(split)
-        eos_id = self.corpus.vocab.eos_id
-        order = np.argsort(-sentences.lengths, kind="stable")  # longest first: little padding, fixed order
         total, eos_total = 0.0, 0.0
+        for _, batch, nll in self._scored_rows(model, sentences, device):
+            assert batch.lengths is not None
+            total += float(nll.sum())
+            eos_total += float(nll.gather(1, (batch.lengths - 1).unsqueeze(1)).sum())
+        return sentence_metrics(total, eos_total, int(sentences.lengths.sum()), len(sentences), self.corpus.level)
+
+    @torch.no_grad()
+    def token_scores(self, model: LanguageModel, split: str, device: torch.device | str = "cpu") -> TokenScores:
+        """ln p(token | <eos> and the sentence before it) of every token of every row (truncated where
+        ``task.truncate`` says), in text order; the segments are the rows."""
+        sentences = self.sentences(split)
+        log_probs = torch.full((len(sentences.flat),), math.nan, dtype=torch.float64)
+        for rows, batch, nll in self._scored_rows(model, sentences, device):
+            assert batch.padding_mask is not None
+            real = batch.padding_mask.cpu()  # (B, L)
+            where = torch.from_numpy(sentences.starts[rows]).unsqueeze(1) + torch.arange(real.size(1))  # (B, L)
+            log_probs[where[real]] = -nll.cpu()[real].double()
+        return TokenScores(log_probs, sentences.flat.long(), sentences.starts, sentences.lengths)
+
+    def _scored_rows(
+        self, model: LanguageModel, sentences: Sentences, device: torch.device | str
+    ) -> Iterator[tuple[np.ndarray, Batch, Tensor]]:
+        """Every row once, longest first (little padding, a fixed order), in eval mode (the mode is
+        restored): ``(row indices, batch on device, per-token NLL (B, L) with 0 at padding)``."""
+        assert self.corpus is not None
+        eos_id = self.corpus.vocab.eos_id
+        order = np.argsort(-sentences.lengths, kind="stable")
         was_training = model.training
         model.eval()
         try:
             for start in range(0, len(order), self.data.eval_batch_size):
-                batch = sentences.batch(order[start : start + self.data.eval_batch_size], eos_id).to(device)
+                rows = order[start : start + self.data.eval_batch_size]
+                batch = sentences.batch(rows, eos_id).to(device)
                 logits = model(batch.inputs, None).logits.float()  # (B, L, V)
                 nll = F.cross_entropy(
                     logits.transpose(1, 2), batch.targets, ignore_index=IGNORE_INDEX, reduction="none"
                 )  # (B, L), 0 at padding
-                assert batch.lengths is not None
-                total += float(nll.sum())
-                eos_total += float(nll.gather(1, (batch.lengths - 1).unsqueeze(1)).sum())
+                yield rows, batch, nll
         finally:
             model.train(was_training)
-        return sentence_metrics(total, eos_total, int(sentences.lengths.sum()), len(sentences), self.corpus.level)
 
     def generate(
         self, model: LanguageModel, prompt: list[int], settings: SamplingSettings, generator: torch.Generator

@@ -21,7 +21,7 @@ from infolm.data.batching import StreamBatcher
 from infolm.data.corpus import Corpus
 from infolm.errors import InfolmError
 from infolm.evaluation.generation import SamplingSettings, sample
-from infolm.evaluation.perplexity import stream_nll
+from infolm.evaluation.perplexity import TokenScores, stream_nll, stream_token_scores
 from infolm.models.base import LanguageModel
 from infolm.tasks.base import Metrics, Task, numpy_rng_state, perplexity, register_task, set_numpy_rng_state
 
@@ -64,6 +64,7 @@ class StreamLM(Task):
     provides = frozenset({"next-token", "stream", "carried-state"})
     serves = frozenset({"causal-lm"})
     generates = True
+    scores_tokens = True
 
     def __init__(self, config: StreamLMConfig) -> None:
         self.config = config
@@ -102,6 +103,14 @@ class StreamLM(Task):
             model, corpus.stream(split), corpus.vocab.eos_id, self.data.eval_batch_size, self.data.bptt, device
         )
         return stream_metrics(nll_sum, tokens, corpus.level)
+
+    def token_scores(self, model: LanguageModel, split: str, device: torch.device | str = "cpu") -> TokenScores:
+        """ln p(token | history) of every token of the split, walked as :meth:`evaluate` walks it; one
+        segment, the running text."""
+        corpus = self._corpus()
+        return stream_token_scores(
+            model, corpus.stream(split), corpus.vocab.eos_id, self.data.eval_batch_size, self.data.bptt, device
+        )
 
     def generate(
         self, model: LanguageModel, prompt: list[int], settings: SamplingSettings, generator: torch.Generator
