@@ -1,0 +1,72 @@
+"""Fine-tuning a pretrained encoder (Kong et al. Sec. 5.3; IMM App. D.2): which text IMM's bigram reads,
+which pretraining checkpoint is loaded, which weights a checkpoint must hold, which parameters decay."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+import torch
+
+from infolm.cli.main import main
+from infolm.config import load_config
+from infolm.tasks.classification import Classification
+from infolm.tasks.masked_lm import MaskedLM
+from tests.conftest import ROOT
+
+TINY = ["model.dim=16", "model.layers=1", "model.heads=2", "model.ff_dim=32", "model.max_len=32"]
+
+
+def run_main(*args: str) -> tuple[int, str]:
+    """The CLI in this process: exit code and stderr."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, ptb_slice_files) -> Path:
+    """A two-step masked-lm run on a PTB slice plus task.extra_train (symbols ``x0`` .. ``x999``, a text
+    PTB's slice does not spell), with step checkpoints 1 and 2 and its best/."""
+    run_dir = tmp_path_factory.mktemp("pretrained") / "run"
+    data = [f"data.{key}={value}" for key, value in ptb_slice_files.items()]
+    code, err = run_main(
+        "train",
+        str(ROOT / "configs/ptb/bert-mlm.yaml"),
+        f"run.dir={run_dir}",
+        *data,
+        "task.max_len=24",
+        "task.vocab_size=300",
+        "task.extra_train=[uniform-symbols-1000]",
+        "train.max_steps=2",
+        "train.eval_every=1",
+        "train.checkpoint_every=1",
+        "train.progress=false",
+        *TINY,
+    )
+    assert code == 0, err
+    return run_dir
+
+
+def cola_settings(cola_task_files: dict[str, str], run_dir: Path, init_from: Path) -> list[str]:
+    data = [f"data.{key}={value}" for key, value in cola_task_files.items()]
+    return [*data, f"run.dir={run_dir}", f"run.init_from={init_from}", "task.max_len=32", *TINY]
+
+
+def test_imm_bigram_reads_the_pretraining_text_extra_train_included(pretrained, cola_task_files, tmp_path):
+    """App. D.2: the restricted bigram is built on the text the encoder was pretrained on: the pretraining
+    run's data *and* its task.extra_train, exactly as the masked-lm task of that run read them."""
+    config = load_config(ROOT / "configs/cola/finetune-imm.yaml", cola_settings(cola_task_files, tmp_path, pretrained))
+    restricted = Classification.load_data(config).restricted_text()
+    pretraining = load_config(pretrained / "config.yaml")
+    pretraining.run.dir = str(pretrained)
+    text = MaskedLM.load_data(pretraining).train
+    assert torch.equal(restricted.rows, text.rows) and torch.equal(restricted.lengths, text.lengths)
+    alone = load_config(pretrained / "config.yaml", ["task.extra_train=[]", f"run.dir={pretrained}"])
+    main_text = MaskedLM.load_data(alone).train
+    vocab_size = int(text.rows.max()) + 1
+    only_extra = (restricted.counts(vocab_size) > 0) & (main_text.counts(vocab_size) == 0)
+    assert bool(only_extra.any())  # subwords of the symbols, absent from PTB's slice, are in the bigram's text
