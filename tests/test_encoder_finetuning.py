@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from infolm.cli.main import main
 from infolm.config import load_config
@@ -70,3 +72,37 @@ def test_imm_bigram_reads_the_pretraining_text_extra_train_included(pretrained, 
     vocab_size = int(text.rows.max()) + 1
     only_extra = (restricted.counts(vocab_size) > 0) & (main_text.counts(vocab_size) == 0)
     assert bool(only_extra.any())  # subwords of the symbols, absent from PTB's slice, are in the bigram's text
+
+
+def fine_tuned_weights(cola_task_files, run_dir: Path, init_from: Path, *extra: str) -> dict[str, torch.Tensor]:
+    """The weights of a one-step fine-tuning at lr 0 (so: the weights it started from)."""
+    settings = [*cola_settings(cola_task_files, run_dir, init_from), "optim.lr=0", "train.max_steps=1", *extra]
+    code, err = run_main("train", str(ROOT / "configs/cola/finetune-base.yaml"), *settings, "train.progress=false")
+    assert code == 0, err
+    from infolm.training.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(run_dir)
+    assert checkpoint is not None
+    return load_file(checkpoint / "model.safetensors")
+
+
+def test_fine_tuning_starts_from_the_last_pretraining_checkpoint_unless_told_best(
+    pretrained, cola_task_files, tmp_path
+):
+    """Kong et al. fine-tune the final pretraining checkpoint: best/ is chosen by the full-softmax MLM
+    loss, which contrastive encoders (mlm-nce, dim) never optimise. task.init_checkpoint=best keeps it."""
+    source = tmp_path / "pretrained"
+    shutil.copytree(pretrained, source)
+    last = load_file(source / "checkpoints" / "step-00000002" / "model.safetensors")
+    best = {name: tensor + 1.0 for name, tensor in last.items()}  # a best/ unlike the last step, whatever it was
+    save_file(best, source / "checkpoints" / "best" / "model.safetensors", metadata={"format": "pt"})
+    default = fine_tuned_weights(cola_task_files, tmp_path / "last", source)
+    assert all(torch.equal(default[name], last[name]) for name in last)
+    chosen = fine_tuned_weights(cola_task_files, tmp_path / "best", source, "task.init_checkpoint=best")
+    assert all(torch.equal(chosen[name], best[name]) for name in best)
+    code, err = run_main(
+        "train", str(ROOT / "configs/cola/finetune-base.yaml"), *cola_settings(cola_task_files, tmp_path / "x", source),
+        "task.init_checkpoint=latest",
+    )  # fmt: skip
+    assert code == 2 and "task.init_checkpoint must be one of last, best; got 'latest'" in err, err
+    assert len(err.strip().splitlines()) == 1

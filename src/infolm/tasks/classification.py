@@ -35,6 +35,7 @@ from infolm.evaluation.classification import accuracy, matthews_corrcoef
 from infolm.tasks.base import Metrics, ShuffledBatches, Task, register_task
 from infolm.tasks.wordpiece_run import corpus_lines, run_tokenizer, save_tokenizer
 
+INIT_CHECKPOINTS = ("last", "best")
 EVAL_NOTE = "mcc: Matthews correlation (CoLA's metric); valid is held out of train, test is CoLA's public dev set"
 
 
@@ -51,6 +52,10 @@ class ClassificationConfig:
     vocab_size: int = 30522  # WordPiece types when no run.init_from gives a tokenizer (BERT: 30,522)
     min_frequency: int = 2  # WordPiece trainer: least frequency of a merge (without run.init_from)
     lowercase: bool = True  # uncased WordPiece (without run.init_from)
+    # which checkpoint of the run.init_from run is fine-tuned: last (its final step; Kong et al. Sec. 5.3
+    # fine-tune the pretrained model, and best/ is chosen by the full-softmax MLM loss, which the
+    # contrastive encoders, mlm-nce and dim, never optimise) | best (its best/)
+    init_checkpoint: str = "last"
 
     def __post_init__(self) -> None:
         if self.max_len < 3:
@@ -61,6 +66,10 @@ class ClassificationConfig:
             raise InfolmError(f"task.valid_fraction must be in (0, 1), got {self.valid_fraction}")
         if not 0.0 < self.mask_rate < 1.0:
             raise InfolmError(f"task.mask_rate must be in (0, 1), got {self.mask_rate}")
+        if self.init_checkpoint not in INIT_CHECKPOINTS:
+            raise InfolmError(
+                f"task.init_checkpoint must be one of {', '.join(INIT_CHECKPOINTS)}; got {self.init_checkpoint!r}"
+            )
 
 
 def labelled_splits(data: DataConfig, config: ClassificationConfig) -> dict[str, LabelledSentences]:
@@ -146,6 +155,13 @@ class Classification(Task):
     @classmethod
     def input_length(cls, config: ClassificationConfig, data: DataConfig) -> int | None:
         return config.max_len
+
+    @classmethod
+    def init_checkpoint(cls, config: Config) -> str:
+        from infolm.config import build_dataclass
+
+        settings = build_dataclass(ClassificationConfig, {k: v for k, v in config.task.items() if k != "name"}, "task")
+        return str(settings.init_checkpoint)
 
     @classmethod
     def load_data(cls, config: Config) -> EncoderData:
