@@ -106,3 +106,22 @@ def test_fine_tuning_starts_from_the_last_pretraining_checkpoint_unless_told_bes
     )  # fmt: skip
     assert code == 2 and "task.init_checkpoint must be one of last, best; got 'latest'" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_checkpoint_of_another_optimizer_layout_is_one_line_on_resume(ptb_slice_files, tmp_path):
+    """A run checkpointed when the encoder's parameters were one optimizer group (before biases and
+    LayerNorm weights left weight decay) is refused on resume, in one line, not loaded into two groups."""
+    run_dir = tmp_path / "run"
+    data = [f"data.{key}={value}" for key, value in ptb_slice_files.items()]
+    settings = [f"run.dir={run_dir}", *data, "task.max_len=24", "task.vocab_size=300", *TINY, "train.progress=false"]
+    code, err = run_main("train", str(ROOT / "configs/ptb/bert-mlm.yaml"), *settings, "train.max_steps=1")
+    assert code == 0, err
+    (checkpoint,) = (run_dir / "checkpoints").glob("step-*")
+    state = torch.load(checkpoint / "trainer.pt", weights_only=True)
+    decayed, exempt = state["optimizers"][0]["param_groups"]
+    decayed["params"] = decayed["params"] + exempt["params"]  # the earlier layout: one group of every parameter
+    state["optimizers"][0]["param_groups"] = [decayed]
+    torch.save(state, checkpoint / "trainer.pt")
+    code, err = run_main("train", str(ROOT / "configs/ptb/bert-mlm.yaml"), *settings, "train.max_steps=2")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"checkpoint {checkpoint} holds 1 optimizer parameter group(s), this model has 2" in err

@@ -162,5 +162,16 @@ class Encoder(nn.Module):
             raise InfolmError("this encoder has no classification head (set model.num_labels)")
         return self.classifier(self.dropout(self.pooled(sentence)))
 
+    def no_weight_decay(self) -> set[str]:
+        """Parameters the optimizer does not decay: every bias (the MLM output bias included) and the
+        LayerNorm weights, as BERT's optimizer (Devlin et al.'s released code excludes "LayerNorm" and
+        "bias" from weight decay); embeddings and dense weights decay."""
+        names = set()
+        for prefix, module in self.named_modules():
+            for name, _ in module.named_parameters(recurse=False):
+                if isinstance(module, nn.LayerNorm) or name.endswith("bias"):
+                    names.add(f"{prefix}.{name}" if prefix else name)
+        return names
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
