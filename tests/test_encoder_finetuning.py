@@ -125,3 +125,14 @@ def test_a_checkpoint_of_another_optimizer_layout_is_one_line_on_resume(ptb_slic
     code, err = run_main("train", str(ROOT / "configs/ptb/bert-mlm.yaml"), *settings, "train.max_steps=2")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"checkpoint {checkpoint} holds 1 optimizer parameter group(s), this model has 2" in err
+
+
+def test_a_pretrained_checkpoint_without_weights_the_model_needs_is_refused(pretrained, cola_task_files, tmp_path):
+    """A fine-tuned model of two layers from a one-layer encoder would start layer 2 at random: refused in one
+    line naming what is missing. The classification head, new in fine-tuning, may be missing."""
+    settings = [*cola_settings(cola_task_files, tmp_path / "deeper", pretrained), "model.layers=2"]
+    code, err = run_main("train", str(ROOT / "configs/cola/finetune-base.yaml"), *settings)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "lacks weights the model needs: layers.1.attention_norm.bias, layers.1.attention_norm.weight" in err
+    assert "(12 in all)" in err and "classifier" not in err  # a layer: 6 weights and 6 biases
+    assert not (tmp_path / "deeper").exists()

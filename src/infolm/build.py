@@ -40,6 +40,9 @@ RESUMABLE_KEYS = {
 }
 
 
+MISSING_SHOWN = 8  # names of missing weights shown in run.init_from's refusal
+
+
 def build_model(config: Config, vocab_size: int) -> LanguageModel:
     from infolm.models import MODELS
 
@@ -294,11 +297,12 @@ def _evaluation_checkpoint(run_dir: Path) -> Path | None:
     return best if (best / "model.safetensors").exists() else ckpt.latest_checkpoint(run_dir)
 
 
-def _load_checkpoint_weights(model: torch.nn.Module, checkpoint: Path) -> None:
+def _load_checkpoint_weights(model: torch.nn.Module, checkpoint: Path) -> list[str]:
+    """Load ``checkpoint``'s evaluation weights into ``model``; returns the names the checkpoint lacks."""
     from infolm.training import checkpoint as ckpt
 
     try:
-        ckpt.load_weights(model, checkpoint)
+        return ckpt.load_weights(model, checkpoint)
     except Exception as error:  # safetensors raises its own error types on damaged files
         raise InfolmError(f"cannot load weights from {checkpoint}: {str(error).splitlines()[0]}") from None
 
@@ -330,7 +334,15 @@ def init_weights(model: torch.nn.Module, run_dir: str | Path, corpus: Corpus, wh
         raise InfolmError(f"run.init_from={run_dir} is not an infolm run with a checkpoint")
     if Vocab.load(run_dir / "vocab.json").itos != corpus.vocab.itos:
         raise InfolmError(f"run.init_from={run_dir} was trained with another vocabulary")
-    _load_checkpoint_weights(model, chosen)
+    missing = _load_checkpoint_weights(model, chosen)
+    new_here = getattr(model, "new_in_finetuning", None)  # weights the model adds (a classification head)
+    lacking = sorted(set(missing) - (set(new_here()) if callable(new_here) else set()))
+    if lacking:
+        shown = ", ".join(lacking[:MISSING_SHOWN]) + (", ..." if len(lacking) > MISSING_SHOWN else "")
+        raise InfolmError(
+            f"run.init_from={run_dir}: checkpoint {chosen.name} lacks weights the model needs: {shown} "
+            f"({len(lacking)} in all); the model settings (model.*) must be those of the run it starts from"
+        )
 
 
 def init_objective_state(objective: Any, run_dir: str | Path, which: str = "best") -> list[str]:

@@ -162,6 +162,11 @@ class Encoder(nn.Module):
             raise InfolmError("this encoder has no classification head (set model.num_labels)")
         return self.classifier(self.dropout(self.pooled(sentence)))
 
+    def new_in_finetuning(self) -> set[str]:
+        """Weights a pretrained encoder's checkpoint need not hold (``run.init_from``): the classification
+        head, which fine-tuning adds (model.num_labels); any other missing weight is refused."""
+        return {f"classifier.{name}" for name, _ in self.classifier.named_parameters()} if self.classifier else set()
+
     def no_weight_decay(self) -> set[str]:
         """Parameters the optimizer does not decay: every bias (the MLM output bias included) and the
         LayerNorm weights, as BERT's optimizer (Devlin et al.'s released code excludes "LayerNorm" and
