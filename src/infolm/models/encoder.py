@@ -153,11 +153,18 @@ class Encoder(nn.Module):
         return F.linear(features, self.word_embeddings.weight[types], self.mlm_bias[types])
 
     def pooled(self, sentence: Tensor) -> Tensor:
-        """BERT's pooler: tanh(dense([CLS] state)). (B, D)."""
+        """BERT's pooler: tanh(dense([CLS] state)). (B, D).
+
+        Only ``classify`` reads it. BERT pretrains the pooler with NSP, whose classifier reads the pooled
+        state; no pretraining objective here does (``nsp`` scores the [CLS] state with its own ψ, ``dim``
+        reads the [CLS] state itself), so a fine-tuning starts it from its initialisation. Kept for
+        BERT's layout (one to one with ``BertForSequenceClassification``); Kong et al. (Sec. 5.3) name
+        only a linear layer and a softmax on the first token's state."""
         return torch.tanh(self.pooler(sentence))
 
     def classify(self, sentence: Tensor) -> Tensor:
-        """Class scores of the classification head (BERT: dropout, then linear on the pooled [CLS]). (B, C)."""
+        """Class scores of the classification head (BERT: dropout, then linear on the pooled [CLS]). (B, C).
+        The pooler is as fresh as the linear layer when the encoder was pretrained here (``pooled``)."""
         if self.classifier is None:
             raise InfolmError("this encoder has no classification head (set model.num_labels)")
         return self.classifier(self.dropout(self.pooled(sentence)))
