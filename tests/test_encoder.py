@@ -97,3 +97,25 @@ def test_bad_settings_and_inputs_are_one_line_errors():
         encoder(torch.zeros(1, 25, dtype=torch.long))
     with pytest.raises(InfolmError, match="no classification head"):
         encoder.classify(torch.zeros(1, 16))
+
+
+def test_weight_decay_leaves_out_every_bias_and_layernorm_weight():
+    """Devlin et al.'s optimizer decays neither biases nor LayerNorm weights (the MLM output bias
+    included); embeddings and dense weights decay. A model that names no exemptions keeps one group."""
+    from infolm.config import OptimConfig
+    from infolm.optim.factory import build_optimizers
+    from tests.conftest import tiny_model
+
+    encoder = tiny_encoder(num_labels=2)
+    (optimizer,) = build_optimizers(OptimConfig(name="adamw", lr=1e-3, weight_decay=0.01), encoder, [])
+    names = {id(p): name for name, p in encoder.named_parameters()}
+    by_decay = {g["weight_decay"]: {names[id(p)] for p in g["params"]} for g in optimizer.param_groups}
+    assert set(by_decay) == {0.01, 0.0} and len(optimizer.param_groups) == 2
+    exempt = {name for name in names.values() if name.endswith("bias") or "norm" in name}
+    assert by_decay[0.0] == exempt
+    assert by_decay[0.01] == set(names.values()) - exempt
+    assert {"mlm_bias", "embedding_norm.weight", "layers.1.ff_norm.weight", "classifier.bias"} <= exempt
+    assert {"word_embeddings.weight", "layers.0.qkv.weight", "pooler.weight"} <= by_decay[0.01]
+    lstm = tiny_model("lstm", VOCAB)
+    (plain,) = build_optimizers(OptimConfig(name="sgd", lr=1.0, weight_decay=1e-6), lstm, [])
+    assert len(plain.param_groups) == 1 and plain.param_groups[0]["weight_decay"] == 1e-6

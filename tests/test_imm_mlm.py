@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from infolm.data.subwords import EncoderData, SubwordSentences
+from infolm.data.subwords import SEP_ID, EncoderData, SubwordSentences
 from infolm.data.vocab import Vocab
+from infolm.data.wordpiece import SPECIALS
 from infolm.models.encoder import Encoder, EncoderConfig
 from infolm.objectives.base import OBJECTIVES, Batch
-from infolm.objectives.imm_mlm import MASK_ID, FollowerIndex, future_masked
+from infolm.objectives.imm_mlm import MASK_ID, FollowerIndex, future_masked, real_subword_target
 
 VOCAB = 20
 TRAIN = [[5, 6, 7, 8], [6, 9, 5, 6, 10, 11], [7, 5, 6], [12, 6, 9]]
@@ -57,7 +58,7 @@ def test_imm_loss_is_the_k_sample_induced_cross_entropy_of_eq_15():
     torch.manual_seed(1)
     rows, places = term.index.sample(contexts, 3)
     encoder.zero_grad()
-    target = term.restricted.next_token_distribution(contexts[:, None])
+    target = real_subword_target(term.restricted.next_token_distribution(contexts[:, None]))
     probs = torch.zeros(5, VOCAB)
     encoder.eval()
     for i in range(3):
@@ -70,3 +71,29 @@ def test_imm_loss_is_the_k_sample_induced_cross_entropy_of_eq_15():
     torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
     expected.backward()
     torch.testing.assert_close(crosstalk_grad, encoder.layers[0].qkv.weight.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_imm_target_has_no_mass_on_special_tokens_and_sums_to_one(monkeypatch):
+    """A location is always a real subword (App. D.2's masked word between [CLS] and [SEP]): the bigram's
+    mass on [PAD] [UNK] [CLS] [SEP] [MASK] (the end of a sentence, smoothing) is moved, in proportion, onto
+    the real subwords."""
+    import infolm.objectives.imm_mlm as imm_mlm
+
+    torch.manual_seed(0)
+    encoder = Encoder(EncoderConfig(dim=16, layers=1, heads=2, ff_dim=32, max_len=16), VOCAB)
+    data = EncoderData(Vocab([str(i) for i in range(VOCAB)]), None, {"train": SubwordSentences.from_ids(TRAIN)})
+    term = OBJECTIVES.build("imm-mlm", {"k": 2})
+    term.setup(data, encoder)
+    seen = []
+    monkeypatch.setattr(imm_mlm, "induced_cross_entropy", lambda target, log_q: seen.append(target) or log_q.sum())
+    batch_rows = SubwordSentences.from_ids([[5, 6, 9], [6, 7, 8]])
+    batch = Batch(batch_rows.rows, batch_rows.rows, padding_mask=batch_rows.real())
+    term(encoder, batch, encoder(batch.inputs))
+    (target,) = seen
+    contexts = term._locations(batch)
+    bigram = term.restricted.next_token_distribution(contexts[:, None])  # (P, V)
+    assert float(bigram[:, SEP_ID].min()) > 0  # the sentence's end: the mass to move
+    assert bool((target[:, : len(SPECIALS)] == 0).all())
+    torch.testing.assert_close(target.sum(-1), torch.ones(len(contexts)))
+    real = bigram[:, len(SPECIALS) :]
+    torch.testing.assert_close(target[:, len(SPECIALS) :], real / real.sum(-1, keepdim=True))

@@ -40,6 +40,9 @@ RESUMABLE_KEYS = {
 }
 
 
+MISSING_SHOWN = 8  # names of missing weights shown in run.init_from's refusal
+
+
 def build_model(config: Config, vocab_size: int) -> LanguageModel:
     from infolm.models import MODELS
 
@@ -252,11 +255,11 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     seed_everything(config.run.seed)
     model = build_model(config, len(corpus.vocab))
     if config.run.init_from:
-        init_weights(model, config.run.init_from, corpus)
+        init_weights(model, config.run.init_from, corpus, init_checkpoint(config))
     objective = build_objective(config)
     objective.setup(corpus, model)
     if config.run.init_from:
-        init_objective_state(objective, config.run.init_from)
+        init_objective_state(objective, config.run.init_from, init_checkpoint(config))
     averager = build_averager(config, model)
     from infolm.training.run_lock import run_dir_lock
 
@@ -294,35 +297,61 @@ def _evaluation_checkpoint(run_dir: Path) -> Path | None:
     return best if (best / "model.safetensors").exists() else ckpt.latest_checkpoint(run_dir)
 
 
-def _load_checkpoint_weights(model: torch.nn.Module, checkpoint: Path) -> None:
+def _load_checkpoint_weights(model: torch.nn.Module, checkpoint: Path) -> list[str]:
+    """Load ``checkpoint``'s evaluation weights into ``model``; returns the names the checkpoint lacks."""
     from infolm.training import checkpoint as ckpt
 
     try:
-        ckpt.load_weights(model, checkpoint)
+        return ckpt.load_weights(model, checkpoint)
     except Exception as error:  # safetensors raises its own error types on damaged files
         raise InfolmError(f"cannot load weights from {checkpoint}: {str(error).splitlines()[0]}") from None
 
 
-def init_weights(model: torch.nn.Module, run_dir: str | Path, corpus: Corpus) -> None:
-    """Load another run's evaluation weights (best, else latest) into ``model``: the fine-tuning
-    phase of AWD-LSTM / MoS restarts from the trained model with averaging from the first step."""
+def init_checkpoint(config: Config) -> str:
+    """Which checkpoint of ``run.init_from`` the run starts from (``Task.init_checkpoint``): best or last."""
+    from infolm.tasks import TASKS, Task
+
+    task_class = cast(type[Task], TASKS.get(config.task["name"]).factory)
+    return task_class.init_checkpoint(config)
+
+
+def _init_source(run_dir: Path, which: str) -> Path | None:
+    """``best``: the run's evaluation checkpoint (best/, else the latest); ``last``: its latest step."""
+    from infolm.training import checkpoint as ckpt
+
+    return ckpt.latest_checkpoint(run_dir) if which == "last" else _evaluation_checkpoint(run_dir)
+
+
+def init_weights(model: torch.nn.Module, run_dir: str | Path, corpus: Corpus, which: str = "best") -> None:
+    """Load another run's evaluation weights into ``model``, from its ``best`` checkpoint (best/, else the
+    latest: the fine-tuning phase of AWD-LSTM / MoS restarts from the trained model with averaging from
+    the first step) or its ``last`` one (an encoder fine-tuned from the end of its pretraining)."""
     from infolm.data.vocab import Vocab
 
     run_dir = Path(run_dir)
-    chosen = _evaluation_checkpoint(run_dir)
+    chosen = _init_source(run_dir, which)
     if chosen is None or not (run_dir / "vocab.json").exists():
         raise InfolmError(f"run.init_from={run_dir} is not an infolm run with a checkpoint")
     if Vocab.load(run_dir / "vocab.json").itos != corpus.vocab.itos:
         raise InfolmError(f"run.init_from={run_dir} was trained with another vocabulary")
-    _load_checkpoint_weights(model, chosen)
+    missing = _load_checkpoint_weights(model, chosen)
+    new_here = getattr(model, "new_in_finetuning", None)  # weights the model adds (a classification head)
+    lacking = sorted(set(missing) - (set(new_here()) if callable(new_here) else set()))
+    if lacking:
+        shown = ", ".join(lacking[:MISSING_SHOWN]) + (", ..." if len(lacking) > MISSING_SHOWN else "")
+        raise InfolmError(
+            f"run.init_from={run_dir}: checkpoint {chosen.name} lacks weights the model needs: {shown} "
+            f"({len(lacking)} in all); the model settings (model.*) must be those of the run it starts from"
+        )
 
 
-def init_objective_state(objective: Any, run_dir: str | Path) -> list[str]:
+def init_objective_state(objective: Any, run_dir: str | Path, which: str = "best") -> list[str]:
     """Continue the state of the objective terms that ``run_dir`` also trained (BMI's discriminator and
-    phase, IMM's start): fine-tuning goes on where the other run's objective was. Returns those terms."""
+    phase, IMM's start) at the checkpoint ``init_weights`` loads (``which``): fine-tuning goes on where
+    the other run's objective was. Returns those terms."""
     from infolm.training import checkpoint as ckpt
 
-    chosen = _evaluation_checkpoint(Path(run_dir))
+    chosen = _init_source(Path(run_dir), which)
     saved = ckpt.load_objective_state(chosen) if chosen is not None else None
     if not saved:
         return []

@@ -1,9 +1,11 @@
 """Fine-tuning over several seeds with one command, and the mean ± std of the selected checkpoints.
 
 ``infolm finetune --seeds 1,2,3,4,5 CONFIG run.init_from=PRETRAINED key=value ...`` trains one run per
-seed in ``run.dir/seed-N`` (each resumable on its own), evaluates each run's ``best/`` checkpoint on
-valid and test, and writes ``run.dir/summary.json``: per seed, then mean and sample standard deviation
-(ddof 1) of every number across seeds. Runs that already finished are evaluated, not retrained.
+seed in ``run.dir/seed-N`` (each resumable on its own; each starts from the run.init_from run's checkpoint
+that the task names, ``task.init_checkpoint``: classification's last step by default), evaluates each
+run's ``best/`` checkpoint on valid and test, and writes ``run.dir/summary.json``: per seed, then mean
+and sample standard deviation (ddof 1) of every number across seeds. Runs that already finished are
+evaluated, not retrained.
 When every seed's selected checkpoint predicts one class for every sentence of the selection split
 (a task that reports ``predicted_classes``: classification), the summary carries a warning: the mean ±
 std then describes runs that learned nothing (MCC 0), not a fine-tuning recipe.

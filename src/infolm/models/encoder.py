@@ -153,14 +153,37 @@ class Encoder(nn.Module):
         return F.linear(features, self.word_embeddings.weight[types], self.mlm_bias[types])
 
     def pooled(self, sentence: Tensor) -> Tensor:
-        """BERT's pooler: tanh(dense([CLS] state)). (B, D)."""
+        """BERT's pooler: tanh(dense([CLS] state)). (B, D).
+
+        Only ``classify`` reads it. BERT pretrains the pooler with NSP, whose classifier reads the pooled
+        state; no pretraining objective here does (``nsp`` scores the [CLS] state with its own ψ, ``dim``
+        reads the [CLS] state itself), so a fine-tuning starts it from its initialisation. Kept for
+        BERT's layout (one to one with ``BertForSequenceClassification``); Kong et al. (Sec. 5.3) name
+        only a linear layer and a softmax on the first token's state."""
         return torch.tanh(self.pooler(sentence))
 
     def classify(self, sentence: Tensor) -> Tensor:
-        """Class scores of the classification head (BERT: dropout, then linear on the pooled [CLS]). (B, C)."""
+        """Class scores of the classification head (BERT: dropout, then linear on the pooled [CLS]). (B, C).
+        The pooler is as fresh as the linear layer when the encoder was pretrained here (``pooled``)."""
         if self.classifier is None:
             raise InfolmError("this encoder has no classification head (set model.num_labels)")
         return self.classifier(self.dropout(self.pooled(sentence)))
+
+    def new_in_finetuning(self) -> set[str]:
+        """Weights a pretrained encoder's checkpoint need not hold (``run.init_from``): the classification
+        head, which fine-tuning adds (model.num_labels); any other missing weight is refused."""
+        return {f"classifier.{name}" for name, _ in self.classifier.named_parameters()} if self.classifier else set()
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameters the optimizer does not decay: every bias (the MLM output bias included) and the
+        LayerNorm weights, as BERT's optimizer (Devlin et al.'s released code excludes "LayerNorm" and
+        "bias" from weight decay); embeddings and dense weights decay."""
+        names = set()
+        for prefix, module in self.named_modules():
+            for name, _ in module.named_parameters(recurse=False):
+                if isinstance(module, nn.LayerNorm) or name.endswith("bias"):
+                    names.add(f"{prefix}.{name}" if prefix else name)
+        return names
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

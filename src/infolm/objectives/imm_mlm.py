@@ -6,7 +6,8 @@ encoder is made to act as a next-word predictor by masking the word at t *and ev
 (App. D.2), so Q(y | x_{<t}) is its MLM distribution at t. The induced model averages Q over k
 extended contexts sampled from the training sentences where the short context occurs (Eq. 15,
 k = 5 for BERT, every minibatch); the target is a modified Kneser-Ney bigram of the pretraining text
-(App. D.2); the loss is the cross-entropy of Eq. 12, in its own gradient-clip group (App. D.2).
+(App. D.2), restricted to the real subwords (``real_subword_target``); the loss is the cross-entropy of
+Eq. 12, in its own gradient-clip group (App. D.2).
 
 Choices where the paper is silent: an extended context of an occurrence at position q of training
 sentence i is that sentence's [CLS] x_1..x_q, followed by [MASK] up to its own length and its [SEP]
@@ -74,6 +75,19 @@ class FollowerIndex:
         return self.rows[picked], self.places[picked]
 
 
+def real_subword_target(bigram: Tensor) -> Tensor:
+    """P̂(y | x_{t-1}) restricted to the real subwords and renormalised. (P, V) -> (P, V).
+
+    Where the paper is silent: a location is always a real subword between [CLS] and [SEP], so the
+    specials are impossible there, yet the bigram of the [CLS] s [SEP] stream gives [SEP] the mass of a
+    sentence's end and smoothing gives every type some; that mass goes, in proportion, to the real
+    subwords. [UNK] counts among the impossible: in a corpus cut to a fixed vocabulary (PTB's <unk>)
+    it stands for words that WordPiece spells as subwords in the fine-tuning text."""
+    target = bigram.clone()
+    target[:, : len(SPECIALS)] = 0.0  # [PAD] [UNK] [CLS] [SEP] [MASK]: ids 0..4 of every WordPiece vocabulary
+    return target / target.sum(-1, keepdim=True)
+
+
 def future_masked(sentences: SubwordSentences, rows: Tensor, places: Tensor) -> Tensor:
     """Rows of ``sentences`` with every subword after ``places`` replaced by [MASK] (App. D.2). (N, L)."""
     tokens = sentences.rows[rows]  # (N, L)
@@ -113,7 +127,8 @@ class IMMMLM(Objective):
         if len(contexts) == 0:
             terms.losses["imm-mlm"] = output.sentence.sum() * 0.0
             return terms
-        target = self.restricted.next_token_distribution(contexts[:, None]).to(device)  # (P, V) P̂(y | x_{t-1})
+        bigram = self.restricted.next_token_distribution(contexts[:, None])  # (P, V) P̂(y | x_{t-1})
+        target = real_subword_target(bigram).to(device)  # (P, V) no mass on the specials
         rows, places = self.index.sample(contexts, self.config.k)  # (k, P)
         inputs = future_masked(self.index.sentences, rows.reshape(-1), places.reshape(-1)).to(device)  # (k*P, L)
         read = (places.reshape(-1) + 1).to(device)

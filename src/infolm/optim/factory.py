@@ -32,10 +32,22 @@ def make_optimizer(name: str, groups: list[dict[str, Any]], lr: float, **setting
     return cls(groups, lr=lr, **kwargs)
 
 
+def model_groups(model: nn.Module) -> list[dict[str, Any]]:
+    """The model's trainable parameters as optimizer groups: one, or two when the model names parameters
+    that take no weight decay (``no_weight_decay()``: the encoder's biases and LayerNorm weights, as BERT)."""
+    exempt_of = getattr(model, "no_weight_decay", None)
+    exempt = set(exempt_of()) if callable(exempt_of) else set()
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    groups: list[dict[str, Any]] = [{"params": [p for name, p in named if name not in exempt]}]
+    if exempt:
+        groups.append({"params": [p for name, p in named if name in exempt], "weight_decay": 0.0})
+    return groups
+
+
 def build_optimizers(config: Any, model: nn.Module, extra_groups: list[dict[str, Any]]) -> list[torch.optim.Optimizer]:
     """The main optimizer (model parameters and plain extra groups) first, then one optimizer per
     extra group that names its own ``optimizer`` (e.g. BMI's discriminator on Adam 2e-4)."""
-    main_groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    main_groups = model_groups(model)
     separate = []
     for group in extra_groups:
         if "optimizer" in group:

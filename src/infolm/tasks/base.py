@@ -141,6 +141,12 @@ class Task:
         (called before the run directory is written; evaluating a run does not call it). Default: none."""
 
     @classmethod
+    def init_checkpoint(cls, config: Config) -> str:
+        """Which checkpoint of ``run.init_from`` a run starts from: ``best`` (its evaluation weights,
+        best/: AWD-LSTM's fine-tuning phase restarts from the best model) or ``last`` (its final step)."""
+        return "best"
+
+    @classmethod
     def input_length(cls, config: Any, data: DataConfig) -> int | None:
         """The longest input row the task feeds a model (None: unbounded), known from the config."""
         return None

@@ -29,12 +29,13 @@ from infolm.data.batch import Batch
 from infolm.data.labelled import LabelledSentences, load_labelled, read_cola_tsv
 from infolm.data.masking import MLM_INPUTS, mask_batch
 from infolm.data.subwords import CLS_ID, SEP_ID, EncoderData, SubwordSentences
-from infolm.data.wordpiece import WordPiece, WordPieceConfig
+from infolm.data.wordpiece import WordPieceConfig
 from infolm.errors import InfolmError
 from infolm.evaluation.classification import accuracy, matthews_corrcoef
 from infolm.tasks.base import Metrics, ShuffledBatches, Task, register_task
 from infolm.tasks.wordpiece_run import corpus_lines, run_tokenizer, save_tokenizer
 
+INIT_CHECKPOINTS = ("last", "best")
 EVAL_NOTE = "mcc: Matthews correlation (CoLA's metric); valid is held out of train, test is CoLA's public dev set"
 
 
@@ -46,10 +47,15 @@ class ClassificationConfig:
     split_seed: int = 0  # the held-out sentences are the same for every run seed
     mask_rate: float = 0.15  # the masked copy for MLM during fine-tuning (BERT: 15%, 80/10/10)
     background: str | None = None  # text dataset of IMM's Kneser-Ney bigram (App. D.2: the pretraining text);
-    # None: the data of the run.init_from run, else the training sentences
+    # None: the text the run.init_from encoder was pretrained on (its data and task.extra_train), else the
+    # training sentences
     vocab_size: int = 30522  # WordPiece types when no run.init_from gives a tokenizer (BERT: 30,522)
     min_frequency: int = 2  # WordPiece trainer: least frequency of a merge (without run.init_from)
     lowercase: bool = True  # uncased WordPiece (without run.init_from)
+    # which checkpoint of the run.init_from run is fine-tuned: last (its final step; Kong et al. Sec. 5.3
+    # fine-tune the pretrained model, and best/ is chosen by the full-softmax MLM loss, which the
+    # contrastive encoders, mlm-nce and dim, never optimise) | best (its best/)
+    init_checkpoint: str = "last"
 
     def __post_init__(self) -> None:
         if self.max_len < 3:
@@ -60,6 +66,10 @@ class ClassificationConfig:
             raise InfolmError(f"task.valid_fraction must be in (0, 1), got {self.valid_fraction}")
         if not 0.0 < self.mask_rate < 1.0:
             raise InfolmError(f"task.mask_rate must be in (0, 1), got {self.mask_rate}")
+        if self.init_checkpoint not in INIT_CHECKPOINTS:
+            raise InfolmError(
+                f"task.init_checkpoint must be one of {', '.join(INIT_CHECKPOINTS)}; got {self.init_checkpoint!r}"
+            )
 
 
 def labelled_splits(data: DataConfig, config: ClassificationConfig) -> dict[str, LabelledSentences]:
@@ -102,21 +112,28 @@ def check_head(config: ClassificationConfig, model: dict[str, Any]) -> None:
         )
 
 
-def background_text(
-    tokenizer: WordPiece, name: str | None, init_from: str | None
-) -> Callable[[], SubwordSentences] | None:
-    """How to read IMM's restricted-model text (App. D.2: the pretraining data): ``task.background``,
-    else the data of the run.init_from run, else none (the training sentences)."""
-    from infolm.config import load_config
+def background_lines(name: str | None, init_from: str | None) -> Callable[[], list[str]] | None:
+    """How to read IMM's restricted-model text (App. D.2: the text the encoder was pretrained on):
+    ``task.background``'s training lines, else the pretraining text of the run.init_from run, read from
+    its saved config (a masked-lm run: its data's training lines and its ``task.extra_train``, as that
+    run read them; a classification run: the text its own bigram read), else none (the training sentences)."""
+    from infolm.config import build_dataclass, load_config
     from infolm.data import load_corpus
+    from infolm.tasks.masked_lm import MaskedLMConfig, pretraining_lines
 
     if name is not None:
-        data = DataConfig(name=name)
-    elif init_from and (Path(init_from) / "config.yaml").is_file():
-        data = load_config(Path(init_from) / "config.yaml").data
-    else:
+        return lambda: corpus_lines(load_corpus(DataConfig(name=name)), "train")
+    if not init_from or not (Path(init_from) / "config.yaml").is_file():
         return None
-    return lambda: SubwordSentences.from_ids(tokenizer.encode(corpus_lines(load_corpus(data), "train")))
+    run = load_config(Path(init_from) / "config.yaml")
+    settings = {k: v for k, v in run.task.items() if k != "name"}
+    if run.task["name"] == "masked-lm":
+        pretraining = build_dataclass(MaskedLMConfig, settings, "task")
+        return lambda: pretraining_lines(load_corpus(run.data), pretraining)
+    if run.task["name"] == "classification":  # fine-tuned before: the encoder's pretraining text is still that one
+        earlier = build_dataclass(ClassificationConfig, settings, "task")
+        return background_lines(earlier.background, run.run.init_from)
+    return lambda: corpus_lines(load_corpus(run.data), "train")
 
 
 @register_task("classification", config=ClassificationConfig)
@@ -140,6 +157,13 @@ class Classification(Task):
         return config.max_len
 
     @classmethod
+    def init_checkpoint(cls, config: Config) -> str:
+        from infolm.config import build_dataclass
+
+        settings = build_dataclass(ClassificationConfig, {k: v for k, v in config.task.items() if k != "name"}, "task")
+        return str(settings.init_checkpoint)
+
+    @classmethod
     def load_data(cls, config: Config) -> EncoderData:
         """Labelled sentences as WordPiece rows, with the tokenizer of run.init_from (``wordpiece_run``)."""
         from infolm.config import build_dataclass
@@ -155,7 +179,8 @@ class Classification(Task):
             for split, part in splits.items()
         }
         labels = {split: part.labels for split, part in splits.items()}
-        background = background_text(tokenizer, settings.background, config.run.init_from)
+        lines = background_lines(settings.background, config.run.init_from)
+        background = None if lines is None else (lambda: SubwordSentences.from_ids(tokenizer.encode(lines())))
         return EncoderData.of(tokenizer, sentences, labels=labels, background=background)
 
     def setup(self, config: Config, corpus: Any) -> None:

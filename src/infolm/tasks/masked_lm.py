@@ -195,11 +195,20 @@ def extra_lines(name: str) -> list[str]:
     return [line.strip() for line in texts["train"].splitlines() if line.strip()]
 
 
+def pretraining_lines(corpus: Any, settings: MaskedLMConfig) -> list[str]:
+    """The pretraining text: the corpus's training lines, then those of each ``extra_train`` dataset."""
+    lines = corpus_lines(corpus, "train")
+    for name in settings.extra_train:
+        lines = lines + extra_lines(name)
+    return lines
+
+
 def subword_corpus(corpus: Any, config: Config, settings: MaskedLMConfig) -> EncoderData:
     """A word-level corpus's lines as WordPiece sentences, with the run's tokenizer (``wordpiece_run``)."""
-    lines = {split: corpus_lines(corpus, split) for split in corpus.splits}
-    for name in settings.extra_train:
-        lines["train"] = lines["train"] + extra_lines(name)
+    lines = {
+        split: pretraining_lines(corpus, settings) if split == "train" else corpus_lines(corpus, split)
+        for split in corpus.splits
+    }
     tokenizer = run_tokenizer(config.run.dir, config.run.init_from, lambda: lines["train"], settings.tokenizer())
     sentences = {split: SubwordSentences.from_ids(tokenizer.encode(text)) for split, text in lines.items()}
     for split, part in sentences.items():  # refused here, before anything is written to the run directory

@@ -158,10 +158,11 @@ def load_weights_file(model: nn.Module, path: str | Path) -> list[str]:
     return list(missing)
 
 
-def load_weights(model: nn.Module, checkpoint: Path, raw: bool = False) -> None:
+def load_weights(model: nn.Module, checkpoint: Path, raw: bool = False) -> list[str]:
+    """Load a checkpoint's weights into ``model``; returns the names the checkpoint lacks."""
     name = "raw_model.safetensors" if raw and (checkpoint / "raw_model.safetensors").exists() else "model.safetensors"
     try:
-        load_weights_file(model, checkpoint / name)
+        return load_weights_file(model, checkpoint / name)
     except RuntimeError as error:
         if str(error).startswith("unexpected weights"):
             raise RuntimeError(f"checkpoint {checkpoint} has {error}") from None

@@ -242,6 +242,8 @@ class Trainer:
         )
 
     def resume(self) -> bool:
+        from infolm.errors import InfolmError
+
         found = ckpt.newest_intact_checkpoint(self.run_dir, self.model)
         if found is None:
             return False
@@ -257,6 +259,12 @@ class Trainer:
         self.last_eval_step = int(state["last_eval_step"])
         self._resumed_finished = bool(state.get("finished", False))
         for opt, opt_state in zip(self.optimizers, state["optimizers"]):
+            if len(opt_state["param_groups"]) != len(opt.param_groups):  # e.g. a model's weight-decay exemptions
+                raise InfolmError(
+                    f"checkpoint {latest} holds {len(opt_state['param_groups'])} optimizer parameter group(s), "
+                    f"this model has {len(opt.param_groups)}: the run was started by a version of infolm that "
+                    "grouped its parameters otherwise; resume it with that version or use another run.dir"
+                )
             opt.load_state_dict(opt_state)
         self.schedule.load_state_dict(state["schedule"])
         self.batches.load_state_dict(state["batcher"])
