@@ -363,3 +363,30 @@ def test_kl_estimate_never_exceeds_minus_the_iwae_bound_when_every_likelihood_is
         assert bool((kl_estimate(h, r) <= -iwae_bound(h, r) + 1e-12).all())
     h, r = random_quantities(4, B=50)
     assert bool((kl_estimate(h + 10, r) > -iwae_bound(h + 10, r)).any())
+
+
+def test_the_kl_estimate_is_biased_both_ways_so_prop_9_ii_does_not_hold() -> None:
+    """Conjugate model z ~ N(0, 1), x | z ~ N(z, s²). With one draw, Û¹ - Ŝ¹ = ln q(z) - ln p(z), whose mean
+    is KL(q || p(z)), not KL(p(z|x) || p(z)): q equal to the prior gives 0, below the KL, and a q far in the
+    tail gives more, although Ŝ¹ is a lower bound on ln p(x) for every q. Thesis Prop. 9(ii) claims the
+    estimate never falls below the KL; (i), consistency as K grows, does hold."""
+    s, x = 0.5, torch.tensor(1.0)
+    prior = Normal(0.0, 1.0)
+    post_mean, post_var = x / (1 + s**2), s**2 / (1 + s**2)
+    kl_target = 0.5 * (post_var + post_mean**2 - 1 - math.log(post_var))  # KL(p(z|x) || p(z))
+
+    def estimate(q: Normal, K: int, reps: int) -> tuple[float, float]:
+        torch.manual_seed(K)
+        z = q.sample((K, reps))
+        log_likelihood = Normal(z, s).log_prob(x)
+        value = kl_estimate(log_likelihood, prior.log_prob(z) - q.log_prob(z))
+        return float(value.mean()), float(value.std()) / math.sqrt(reps)
+
+    far = Normal(3.0, 1.0)
+    for q, kl_q_prior in ((prior, 0.0), (far, 4.5)):  # KL(q || N(0, 1)) = (m² + v - 1 - ln v) / 2
+        mean, se = estimate(q, 1, 20000)
+        assert abs(mean - kl_q_prior) < 4 * se + 1e-9, (mean, kl_q_prior)
+    assert estimate(prior, 1, 20000)[0] < kl_target - 0.5  # biased downward
+    assert estimate(far, 1, 20000)[0] > kl_target + 3.0  # and upward
+    mean, se = estimate(prior, 4096, 200)
+    assert abs(mean - kl_target) < 0.05  # consistent (Prop. 9(i))

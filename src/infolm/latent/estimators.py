@@ -76,8 +76,11 @@ def self_normalized_log_likelihood(log_likelihood: Tensor, log_ratio: Tensor) ->
 
 
 def kl_estimate(log_likelihood: Tensor, log_ratio: Tensor) -> Tensor:
-    """Û^K - Ŝ^K: the KL objective's estimate of KL(p(z|x) || p(z)) (Eq. 5.12), biased upward
-    when Ŝ^K is a lower bound (Prop. 9 ii). Averaged over data it is the MI estimate of Sec. 5.7.1."""
+    """Û^K - Ŝ^K: the KL objective's estimate of KL(p(z|x) || p(z)) (Eq. 5.12), consistent as K grows
+    (Prop. 9 i). Averaged over data it is the MI estimate of Sec. 5.7.1. Its bias has no fixed sign:
+    Prop. 9(ii) says it is upward whenever Ŝ^K is a lower bound, but with K = 1 the estimate's mean is
+    KL(q || p(z)), which is 0 for q equal to the prior and exceeds the KL for a q far in the tail
+    (tested on a conjugate Gaussian model)."""
     return self_normalized_log_likelihood(log_likelihood, log_ratio) - iwae_bound(log_likelihood, log_ratio)
 
 
