@@ -36,7 +36,7 @@ def main() -> None:
 
     from infolm.build import load_run
     from infolm.ngram import build_ngram
-    from infolm.objectives.imm import _last_log_probs
+    from infolm.objectives.imm.objective import _last_log_probs
 
     start = time.perf_counter()
     _, corpus, model = load_run(args.run, "cpu")
