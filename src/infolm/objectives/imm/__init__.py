@@ -3,17 +3,15 @@
 ``objective.py`` holds the term; this package re-exports its public names.
 """
 
+from infolm.objectives.imm.crosstalk import SampleFn, crosstalk_induced_cross_entropy, induced_cross_entropy
 from infolm.objectives.imm.objective import (
     IGNORE_INDEX,
     IMM,
     ONE_SAMPLE,
     REALIZATIONS,
     IMMConfig,
-    SampleFn,
     ShortContextIndex,
     StateBank,
-    crosstalk_induced_cross_entropy,
-    induced_cross_entropy,
 )
 
 __all__ = [
