@@ -3,14 +3,13 @@
 ``objective.py`` holds the term; this package re-exports its public names.
 """
 
+from infolm.objectives.imm.contexts import IGNORE_INDEX, ShortContextIndex
 from infolm.objectives.imm.crosstalk import SampleFn, crosstalk_induced_cross_entropy, induced_cross_entropy
 from infolm.objectives.imm.objective import (
-    IGNORE_INDEX,
     IMM,
     ONE_SAMPLE,
     REALIZATIONS,
     IMMConfig,
-    ShortContextIndex,
     StateBank,
 )
 

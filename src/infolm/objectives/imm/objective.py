@@ -8,16 +8,6 @@ contexts (Eq. 15, Alg. 1) and weighted by λ in the Composite (Eq. 11).
 
 Choices made here (the paper leaves them open for a recurrent model):
 
-* Which short contexts: every position of the batch whose short context occurs in training (Eq. 10,
-  12). Positions sharing a short context share its k samples (IMM_t depends on t only through
-  sh(y_-t)): the loss is Σ_s (m_s / n) IMM_s over the batch's distinct short contexts s with m_s
-  occurrences among its n positions, whose expectation (loss and gradient) equals that of
-  independent draws per position. ``positions_per_batch = P > 0`` draws P positions uniformly
-  without replacement instead: the same expected gradient, more variance, less cost. Not the same
-  expected *step* under the clip: on the 1-sample steps ∇IMM over a few positions is noisy enough that
-  the clip acts on nearly every draw, and the mean of the clipped draws is shorter than the default's
-  (a third of it with 8 positions on the CPU-scale PTB model; the k-sample steps keep the default's;
-  ``experiments/imm_positions_clip_bias.py``).
 * How many samples: k on every j-th optimizer step (``batch.step % j == 0``), 1 otherwise (App. D.2).
   ``one_sample=released`` (opt-in) makes the 1-sample steps those of the authors' released code: each
   position's own prediction against (1 − γ(x))·onehot(y) + γ(x)·P̂(y), a soft target (Sec. 5.2's link
@@ -68,15 +58,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from infolm.data.contexts import encode_contexts
 from infolm.errors import InfolmError
 from infolm.models.base import eval_mode, select_state
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
+from infolm.objectives.imm.contexts import IGNORE_INDEX, ShortContextIndex, batch_positions, select_contexts
 from infolm.objectives.imm.crosstalk import (
     SampleFn,
     crosstalk_induced_cross_entropy,
@@ -84,7 +73,6 @@ from infolm.objectives.imm.crosstalk import (
     weighted_mean,
 )
 
-IGNORE_INDEX = -100
 REALIZATIONS = ("replay", "state-bank", "in-batch", "carried-state")
 ONE_SAMPLE = ("eq15", "released")
 
@@ -137,53 +125,6 @@ class IMMConfig:
             raise InfolmError(
                 f"objective.imm.realization must be one of {', '.join(REALIZATIONS)}; got {self.realization!r}"
             )
-
-
-# ----------------------------------------------------------------------------------------------
-# Short contexts: index of their occurrences in the training stream
-
-
-class ShortContextIndex:
-    """For each short context (L consecutive tokens), the positions of the stream where it ends.
-
-    Position p is an occurrence of short context s when ``stream[p-L+1 : p+1] == s`` and p has a next
-    token (p <= N-2): the multiset extend(s) of the paper is the histories before those positions.
-    Built with one stable argsort of context ids; ids are dense 0..C-1 in key order.
-    """
-
-    def __init__(self, stream: Tensor, vocab_size: int, context_len: int) -> None:
-        tokens = stream.cpu().numpy().astype(np.int64)
-        if tokens.size < context_len + 1:
-            raise InfolmError(
-                f"the training stream ({tokens.size} tokens) is too short for {context_len}-token contexts"
-            )
-        self.vocab_size, self.context_len = vocab_size, context_len
-        self.stream = stream.cpu()
-        windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], context_len)  # (N-L, L), ends at p=L-1..N-2
-        position_keys = encode_contexts(windows, vocab_size)
-        self.keys, context_ids = np.unique(position_keys, return_inverse=True)  # sorted unique keys (C,)
-        order = np.argsort(context_ids, kind="stable")
-        self.positions = torch.from_numpy(order + context_len - 1)  # (N-L,) grouped by context id
-        counts = np.bincount(context_ids, minlength=len(self.keys))
-        self.counts = torch.from_numpy(counts)  # (C,)
-        self.offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)[:-1]]))  # (C,)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def lookup(self, contexts: Tensor) -> Tensor:
-        """(..., L) token ids -> (...) context ids, -1 where the context never occurs in the stream."""
-        shape = contexts.shape[:-1]
-        keys = encode_contexts(contexts.reshape(-1, self.context_len).cpu().numpy(), self.vocab_size)
-        where = np.searchsorted(self.keys, keys).clip(max=len(self.keys) - 1)
-        ids = np.where(self.keys[where] == keys, where, -1)
-        return torch.from_numpy(ids).view(shape)
-
-    def sample(self, context_ids: Tensor, k: int) -> Tensor:
-        """(P,) context ids -> (k, P) stream positions drawn uniformly (with replacement) from their occurrences."""
-        counts = self.counts[context_ids].double()  # (P,)
-        draws = (torch.rand(k, len(context_ids), dtype=torch.float64) * counts).long()  # (k, P)
-        return self.positions[self.offsets[context_ids] + draws]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,15 +205,6 @@ class StateBank:
 
 def _at_least_fp32(logits: Tensor) -> Tensor:
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
-
-
-def _first_occurrences(ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(N,) ids -> distinct ids (U,), the index of each one's first occurrence (U,), their counts (U,)."""
-    unique_ids, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
-    first = torch.full((len(unique_ids),), len(ids), dtype=torch.long).scatter_reduce(
-        0, inverse, torch.arange(len(ids)), reduce="amin"
-    )
-    return unique_ids, first, counts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -386,7 +318,8 @@ class IMM(Objective):
             terms.losses["imm"] = torch.zeros((), device=device, requires_grad=True)
             return terms
         k = config.k if batch.step % config.j == 0 else 1
-        positions = self._positions(batch)  # every position's short context, its id, whether it counts
+        # every position's short context, its id, whether it counts
+        positions = batch_positions(self.index, batch, self.context_len)
         if k == 1 and config.one_sample == "released":  # every eligible position (positions_per_batch: k-steps)
             terms.losses["imm"], terms.metrics["imm_contexts"] = self._released_one_sample(batch, output, positions)
             terms.metrics["imm_k"] = 1.0
@@ -472,28 +405,12 @@ class IMM(Objective):
     def _select(
         self, batch: Batch, positions: tuple[Tensor, Tensor, Tensor] | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The distinct short contexts of the selected positions of ``batch.inputs`` (Eq. 12).
-
-        Returns their tokens (U, L), context ids (U,) and weights (U,): each context's share of the
-        selected positions. Positions: all whose context occurs in training (Eq. 10), or
-        ``positions_per_batch`` of them drawn uniformly without replacement.
-        """
-        length = self.context_len
-        empty = batch.inputs.new_zeros((0, length)).cpu(), batch.inputs.new_zeros((0,)).cpu(), torch.zeros(0)
-        if batch.inputs.size(1) < length:
-            return empty
-        contexts, ids, eligible = self._positions(batch) if positions is None else positions
-        flat_contexts, flat_ids = contexts.reshape(-1, length)[eligible.reshape(-1)], ids[eligible]
-        if self.config.realization == "state-bank":  # only contexts with a banked state (a biased subset)
-            has_state = self.bank.available(flat_ids)
-            flat_contexts, flat_ids = flat_contexts[has_state], flat_ids[has_state]
-        if 0 < self.config.positions_per_batch < len(flat_ids):
-            keep = torch.randperm(len(flat_ids))[: self.config.positions_per_batch]
-            flat_contexts, flat_ids = flat_contexts[keep], flat_ids[keep]
-        if len(flat_ids) == 0:
-            return empty
-        unique_ids, first, counts = _first_occurrences(flat_ids)
-        return flat_contexts[first], unique_ids, counts.double() / len(flat_ids)
+        """The distinct short contexts of the selected positions, their ids and weights (Eq. 12;
+        ``contexts.select_contexts``); for the state bank, only those with a banked state."""
+        has_state = self.bank.available if self.config.realization == "state-bank" else None
+        return select_contexts(
+            self.index, batch, self.context_len, self.config.positions_per_batch, positions, has_state
+        )
 
     def _select_positions(
         self, model: nn.Module, batch: Batch, positions: tuple[Tensor, Tensor, Tensor]
@@ -514,19 +431,6 @@ class IMM(Objective):
         row_states = select_state(state, rows.to(device))
         weights = torch.full((len(flat),), 1.0 / len(flat), dtype=torch.float64)
         return contexts.reshape(-1, self.context_len)[flat], ids.reshape(-1)[flat], weights, (row_states, offsets)
-
-    def _positions(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
-        """The short context ending at each input position t >= L-1 (B, T-L+1, L), its context id
-        (B, T-L+1; -1 where it never occurs in training) and whether the position counts (B, T-L+1)."""
-        assert self.index is not None
-        length = self.context_len
-        inputs, targets = batch.inputs.cpu(), batch.targets.cpu()
-        if inputs.size(1) < length:  # no position has a whole short context in this row
-            empty = inputs.new_zeros((inputs.size(0), 0))
-            return inputs.new_zeros((inputs.size(0), 0, length)), empty, empty.bool()
-        contexts = inputs.unfold(1, length, 1)  # (B, T-L+1, L), context ending at t = L-1..T-1
-        ids = self.index.lookup(contexts)  # (B, T-L+1)
-        return contexts, ids, (ids >= 0) & (targets[:, length - 1 :] != IGNORE_INDEX)
 
     # -- how extended contexts are fed ------------------------------------------------------------
 
