@@ -10,8 +10,8 @@ from infolm.objectives.imm.objective import (
     ONE_SAMPLE,
     REALIZATIONS,
     IMMConfig,
-    StateBank,
 )
+from infolm.objectives.imm.state_bank import StateBank
 
 __all__ = [
     "IGNORE_INDEX",
