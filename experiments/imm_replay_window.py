@@ -36,7 +36,7 @@ def main() -> None:
 
     from infolm.build import load_run
     from infolm.ngram import build_ngram
-    from infolm.objectives.imm import _last_log_probs
+    from infolm.objectives.imm.realizations import last_log_probs
 
     start = time.perf_counter()
     _, corpus, model = load_run(args.run, "cpu")
@@ -53,7 +53,7 @@ def main() -> None:
         with torch.no_grad():
             return torch.cat(
                 [
-                    _last_log_probs(model, rows[i : i + 50], torch.full((len(rows[i : i + 50]),), window))
+                    last_log_probs(model, rows[i : i + 50], torch.full((len(rows[i : i + 50]),), window))
                     for i in range(0, len(rows), 50)
                 ]
             )
