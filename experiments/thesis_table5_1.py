@@ -84,7 +84,9 @@ def objective(arm: str, lam: float, alpha: float) -> tuple[str, dict[str, Any]]:
     draws = int(samples)
     if estimator == "vimco" and draws == 1:
         estimator = "reinforce"  # VIMCO's baseline needs a second draw
-    term: dict[str, Any] = {"estimator": estimator, "samples": draws, "lam": lam}
+    # per scored token of each batch, as every recorded run of this table was trained (Eq. 5.5's mean over
+    # sentences, objective.*.normalize=sentences, is the objectives' default)
+    term: dict[str, Any] = {"estimator": estimator, "samples": draws, "lam": lam, "normalize": "tokens"}
     if kind == ["renyi"]:
         return latent, {"mi-renyi": {**term, "alpha": alpha}}
     return latent, {"mi-kl": term}

@@ -90,3 +90,33 @@ def test_thesis_sweeps_accept_both_ends_of_table_5_2(path) -> None:
         MODELS.make_config(config.model["name"], settings, where="model")
         for name, term in config.objective.items():
             OBJECTIVES.build(name, term, where=f"objective.{name}")
+
+
+def test_the_loss_is_a_mean_over_sentences_eq_5_5_or_per_token_as_a_setting() -> None:
+    """Eq. 5.5 is an expectation over sentences: every sentence of a batch weighs the same, and the mean is
+    divided by the training sentences' mean length (a constant) to read per token. ``normalize: tokens``
+    divides the batch's sum by its scored tokens, so the batch's sentence lengths change each one's weight."""
+
+    class Corpus:  # training sentences of 4 and 8 scored tokens (words and <eos>): mean length 6
+        def sentence_offsets(self, split: str) -> list[int]:
+            return [0, 4, 12]
+
+    torch.manual_seed(0)
+    model = MODELS.build("latent-sentence-lstm", {"embedding": 8, "hidden": 8, "latent_size": 3}, vocab_size=12)
+    targets = torch.tensor([[5, 6, 0, -100, -100, -100, -100, -100, -100, -100], [5, 6, 7, 8, 9, 10, 11, 5, 6, 0]])
+    batch = Batch(inputs=targets.clamp(min=0), targets=targets)
+    for normalize, divisor in (("sentences", 2 * 6.0), ("tokens", 3 + 10.0)):
+        objective = OBJECTIVES.build("mi-kl", {"estimator": "iwae", "samples": 3, "normalize": normalize})
+        objective.setup(Corpus(), model)
+        torch.manual_seed(1)
+        loss = objective(model, batch, None).losses["mi-kl"]
+        torch.manual_seed(1)  # the same draws: the per-sentence objective by hand
+        tokens, lengths = targets.clamp(min=0), torch.tensor([3, 10])
+        q, p = model.posterior(tokens, lengths), model.prior()
+        z = q.rsample((3,))
+        value = objective_value(
+            kl_objective(0.5, 3, 3), model.log_likelihood(tokens, lengths, z), p.log_prob(z) - q.log_prob(z)
+        )
+        torch.testing.assert_close(loss, -value.sum() / divisor)
+    with pytest.raises(InfolmError, match="normalize must be one of"):
+        OBJECTIVES.build("mi-kl", {"normalize": "words"}, where="objective.mi-kl")

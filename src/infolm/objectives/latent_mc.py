@@ -3,9 +3,13 @@
 ``mi-kl`` (Eq. 5.12), ``mi-renyi`` (Eq. 5.16), ``mi-power`` (Eq. 5.18) and ``beta-vae`` (Eq. 5.19),
 each with a base/gradient estimator: ``elbo``, ``iwae``, ``stl``, ``dreg`` (reparameterized,
 continuous latents) or ``reinforce``, ``vimco`` (score function, any latents). The math is in
-``infolm.latent.estimators``; the surrogates in ``infolm.latent.gradients``. The loss is -Ô
-summed over the sentences of a batch and divided by their scored tokens (one latent vector per
-sentence; the thesis reports NLL and KL per token), so it reads like a per-token loss.
+``infolm.latent.estimators``; the surrogates in ``infolm.latent.gradients``. The loss is -Ô per
+sentence (one latent vector per sentence), averaged over the batch's sentences as Eq. 5.5's
+expectation over p_D(x) and divided by the constant mean length of a training sentence so that it
+reads per token (``normalize: sentences``, the default); ``normalize: tokens`` divides the batch's
+sum by its scored tokens instead, which with length-bucketed batches weighs a sentence of a
+short-sentence batch up to several times more than one of a long-sentence batch, in the likelihood
+and in the MI term alike.
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ class MonteCarloConfig:
     weight: float = 1.0  # multiplier of this term in the Composite
     estimator: str = "dreg"  # elbo | iwae | stl | dreg (continuous latents) | reinforce | vimco (any latents)
     samples: int = 16  # K: draws for the ln p(x) term (thesis: 1, 16, 64)
+    normalize: str = "sentences"  # Eq. 5.5: a mean over sentences (read per token); tokens: per scored token
     mi_samples: int | None = None  # draws for the MI term (None: the same K draws; Figs. 5.4, 5.7: 16/1, 1/16).
     # Fewer MI draws than likelihood draws (16/1) with Gaussian latents makes mi-kl unbounded above for
     # λ > ~0.012: as one posterior variance grows, one draw's ln q/p outgrows the 16-draw IWAE penalty
     # (docs/notebook/thesis-ch5.md, Fig. 5.4 at CPU scale)
 
     def check(self, where: str) -> None:
+        check_normalization(where.removeprefix("objective."), self.normalize)
         if self.estimator not in ESTIMATORS:
             raise InfolmError(f"{where}.estimator must be one of {', '.join(ESTIMATORS)}; got {self.estimator!r}")
         if self.samples < 1:
@@ -127,7 +133,8 @@ class BetaVAEConfig(MonteCarloConfig):
 
 
 class MonteCarloObjective(Objective):
-    """-Σ Ô / tokens over a batch; logs Ô, the K-draw ln p(x) bound and MI estimate per sentence."""
+    """-Ô averaged over a batch's sentences per training-sentence token (or -Σ Ô / tokens); logs Ô, the
+    K-draw ln p(x) bound and MI estimate per sentence."""
 
     needs = frozenset({"sentences"})
     protocols = frozenset({"latent-variable"})
@@ -138,15 +145,18 @@ class MonteCarloObjective(Objective):
         super().__init__()
         self.config = config
         self.terms = terms
+        self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
 
     def loss_scale(self, vocab_size: int) -> float | None:
-        """ln|V|, as a token-level cross-entropy: the loss is a bound on -ln p(x) per token, and for a model
-        that has learned nothing (q = p, a uniform decoder) every bound of these objectives is exact, so the
-        loss starts near ln|V| whatever λ, α or β, and a healthy run lowers it."""
-        return super().loss_scale(vocab_size)
+        """ln|V| per token, as a token-level cross-entropy: the loss is a bound on -ln p(x) per token, and for a
+        model that has learned nothing (q = p, a uniform decoder) every bound of these objectives is exact, so
+        the loss starts near ln|V| whatever λ, α or β, and a healthy run lowers it. Per sentence over the
+        training mean length, a batch of long sentences reads above ln|V|: no fixed scale then."""
+        return super().loss_scale(vocab_size) if self.config.normalize == "tokens" else None
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
+        self.mean_length = training_sentence_length(model, corpus)
         if self.config.estimator in PATHWISE and not model.reparameterized:
             raise InfolmError(
                 f"objective {self.name}: estimator {self.config.estimator} needs reparameterized (Gaussian) "
@@ -164,7 +174,8 @@ class MonteCarloObjective(Objective):
             f"{self.name}_nll_bound": float(-iwae_bound(h, r).mean()),  # per sentence, from the training draws
             f"{self.name}_mi": float(kl_estimate(h, r).mean()) if h.size(0) > 1 else float(-r.mean()),
         }
-        return Terms(losses={self.name: -out.surrogate.sum() / max(count, 1)}, metrics=metrics, tokens=count)
+        loss = normalized_loss(-out.surrogate.sum(), tokens.size(0), count, self.mean_length, self.config.normalize)
+        return Terms(losses={self.name: loss}, metrics=metrics, tokens=count)
 
 
 def require_latent_model(objective: Objective, model: nn.Module, corpus: Any = None) -> None:
