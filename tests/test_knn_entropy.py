@@ -50,7 +50,7 @@ def test_unit_ball_volumes() -> None:
 
 def test_high_dimensions_are_skipped_and_duplicates_dropped() -> None:
     rng = np.random.default_rng(2)
-    assert knn_entropy(rng.normal(size=(50, 301))) is None
+    assert knn_entropy(rng.normal(size=(50, 1025))) is None
     x = rng.normal(size=(100, 2))
     estimate = knn_entropy(np.concatenate([x, x[:10]]))
     assert estimate is not None and estimate.duplicates == 10 and estimate.points == 100
@@ -64,3 +64,15 @@ def test_bad_input_is_one_clear_error() -> None:
         knn_entropy(np.zeros((5, 2)))
     with pytest.raises(InfolmError, match="max or euclidean"):
         knn_entropy(np.ones((5, 2)), norm="l1")
+
+
+def test_the_estimate_comes_with_its_bias_on_a_standard_normal_of_the_same_size() -> None:
+    """At 2 dimensions the estimator reads N(0, I) close to its entropy; at 512 (Table 6's largest codes) and
+    1,000 points it reads it far above, which is the reference a 512-D code's entropy has to be read against."""
+    rng = np.random.default_rng(5)
+    low, high = knn_entropy(rng.normal(size=(1000, 2))), knn_entropy(0.1 * rng.normal(size=(1000, 512)))
+    assert low is not None and high is not None
+    assert abs(low.normal_estimate - standard_normal_entropy(2)) < 0.1  # type: ignore[operator]
+    assert high.normal_estimate > standard_normal_entropy(512) + 100  # type: ignore[operator]
+    reference = knn_entropy(np.random.default_rng(0).normal(size=(1000, 512)))
+    assert reference is not None and high.normal_estimate == pytest.approx(reference.entropy)
