@@ -87,7 +87,8 @@ def test_evaluate_reports_bounds_bleu_entropy_and_melbo_apart(
     report = json.loads(out)
     bounds = report["bounds"]
     assert bounds["examples"] == 5 and bounds["tokens"] == 28 and bounds["samples"] == 4  # 23 words + 5 <eos>
-    assert bounds["nll_per_word"] == pytest.approx(bounds["nll"] * 5 / 23)
+    assert bounds["nll_words_per_word"] == pytest.approx(bounds["nll_words"] * 5 / 23)  # words alone, per word
+    assert "nll_per_word" not in bounds  # no NLL with <eos> scored is divided by the words alone
     assert 0.0 <= report["reconstruction"]["bleu1"] <= 1.0
     assert report["latent_entropy"]["dim"] == 4
     assert "caveat" in report["melbo"] and report["melbo"]["log_n"] == pytest.approx(1.6094379)
@@ -115,7 +116,7 @@ def test_auto_encoder_evaluation_reports_reconstruction_not_bounds(
             mean = model.posterior(tokens, lengths).mean
             total -= float(model.log_likelihood(tokens, lengths, mean[None]).sum())
     assert bounds["examples"] == 5 and bounds["reconstruction_nll"] == pytest.approx(total / 5, rel=1e-5)
-    assert bounds["reconstruction_nll_per_word"] == pytest.approx(total / 23, rel=1e-5)  # 23 words, no <eos>
+    assert "reconstruction_nll_per_word" not in bounds  # <eos> is scored: per token (28), not per word
     assert 0 <= bounds["active_units"] <= 4
 
 
@@ -285,7 +286,7 @@ def test_a_model_of_single_symbols_is_evaluated_without_the_sentence_steps(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The thesis's synthetic model scores one symbol per example: `evaluate` gives its bound (no BLEU,
-    no latent entropy, per-word equal to per-token); the commands that decode sentences refuse it."""
+    no latent entropy, no words-only bound); the commands that decode sentences refuse it."""
     model = {"name": "latent-synthetic", "latent": "categorical", "variables": 2, "categories": 3}
     synthetic = str(make_run(tmp_path, "synthetic", {**model, "embedding": 8, "hidden": 8}, {"mi-kl": {}}))
     code, out, err = run(capsys, "latent", "evaluate", synthetic, "--samples", "4", "--json")
@@ -293,7 +294,7 @@ def test_a_model_of_single_symbols_is_evaluated_without_the_sentence_steps(
     report = json.loads(out)
     bounds = report["bounds"]
     assert bounds["examples"] == 5 and bounds["tokens"] == 5  # the first symbol of each line
-    assert bounds["nll_per_word"] == pytest.approx(bounds["nll"])
+    assert "nll_per_word" not in bounds and bounds.get("nll_words") is None  # no <eos>: its tokens are its words
     assert "reconstruction" not in report and "latent_entropy" not in report
     for args in (["reconstruct", synthetic, "the cat"], ["sample", synthetic], ["interpolate", synthetic, "a", "b"]):
         code, out, err = run(capsys, "latent", *args)

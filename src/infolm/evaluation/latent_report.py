@@ -4,9 +4,10 @@
 validation), per sentence and per token, its perplexity, the ELBO, the rate KL(q(z|x) || p(z)),
 the distortion, an MI estimate (Û^K - Ŝ^K averaged over sentences) and the active units
 (Var_x E_q[z_u] > 0.01), from ``infolm.latent.evaluation``. Tokens are every scored position:
-the words and the ``<eos>`` that ends each sentence (``per_word`` divides the same NLL by the words
-alone). ``nll_words`` is the IWAE-K bound from the same draws with each sentence's ``<eos>`` term left
-out (``*_words_per_word``: per word): the paper removes ``<eos>`` when it evaluates (Sec. 4.3).
+the words and the ``<eos>`` that ends each sentence. ``nll_words`` is the IWAE-K bound from the same
+draws with each sentence's ``<eos>`` term left out (``nll_words_per_word``: per word): the paper
+removes ``<eos>`` when it evaluates (Sec. 4.3). No field divides an NLL that scores ``<eos>`` by the
+words alone.
 ``reconstruction``: BLEU-1 of greedy reconstructions (``evaluation/bleu.py``).
 ``latent_entropy``: Kraskov kNN entropy of one code per sentence against N(0, I)'s exact entropy and
 the same estimator's reading of as many N(0, I) samples (its bias at this N and d; skipped above
@@ -130,9 +131,6 @@ def latent_report(
         prior = getattr(model.config, "length_prior", False)
         # a model of single symbols scores no <eos>: its tokens are its words
         words = bounds["tokens"] - len(sentences) if not prior and hasattr(model, "eos_id") else bounds["tokens"]
-        nll, ppl = ("reconstruction_nll", "reconstruction_ppl") if deterministic else ("nll", "ppl")
-        bounds[f"{nll}_per_word"] = bounds[nll] * bounds["examples"] / max(words, 1)
-        bounds[f"{ppl}_per_word"] = math.exp(min(bounds[f"{nll}_per_word"], 700.0))
         if bounds.get("nll_words") is not None:  # the words alone, <eos> left out (Sec. 4.3)
             bounds["nll_words_per_word"] = bounds["nll_words"] * bounds["examples"] / max(words, 1)
             bounds["ppl_words_per_word"] = math.exp(min(bounds["nll_words_per_word"], 700.0))
