@@ -221,3 +221,13 @@ def test_the_thesis_sentence_model_splits_off_its_last_token_the_same_way() -> N
         words = model.log_likelihood(tokens, lengths - 1, z)  # the decoder's inputs do not depend on lengths
     assert end is not None
     torch.testing.assert_close(whole - end, words, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bf16_decoder_sums_its_token_scores_in_float32() -> None:
+    """A sentence's ln p(x|z) is a sum of per-token terms; kept in bf16 it would round to ~0.1 nats."""
+    model = tiny().to(torch.bfloat16)
+    tokens, lengths = batch()
+    z = torch.randn(2, 3, 3, dtype=torch.bfloat16)
+    with torch.no_grad():
+        lp, eos_terms = model.log_likelihood_terms(tokens, lengths, z)
+    assert lp.dtype == torch.float32 and eos_terms is not None and eos_terms.dtype == torch.float32

@@ -167,7 +167,9 @@ class SentenceGRU(LatentVariableModel):
             scores = F.log_softmax(self._logits(hidden[where]).float(), dim=-1).gather(1, targets.unsqueeze(1))[:, 0]
         else:
             scores = token_log_likelihood(hidden[where], self.output, targets)
-        per_token = hidden.new_zeros(k * b, tokens.size(1)).masked_scatter(where, scores.to(hidden.dtype))
+        # per-token scores kept and summed in float32 whatever the decoder's dtype (bf16 would round a
+        # sentence's sum of ~20 terms of a few nats to ~0.1 nats)
+        per_token = hidden.new_zeros(k * b, tokens.size(1), dtype=torch.float32).masked_scatter(where, scores.float())
         lp = per_token.sum(1).view(k, b)
         if self.config.length_prior:
             lp = lp + self.log_length_prior[scored.clamp(max=self.config.max_length)]  # + ln p(T), Eq. 2
