@@ -237,3 +237,14 @@ def test_run_killed_mid_epoch_resumes_bit_for_bit(name, request, tmp_path):
     timeless = lambda rows: [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed")} for r in rows]  # noqa: E731
     assert timeless(read_metrics(straight / "metrics.jsonl")) == timeless(read_metrics(killed / "metrics.jsonl"))
     assert [r for r in read_metrics(straight / "metrics.jsonl") if r.get("epoch", 0) >= 1], "no epoch end crossed"
+
+
+def test_a_sentence_latent_run_logs_its_mi_per_token_beside_its_nll_per_token(small_corpus, tmp_path):
+    config = task_config("sentence-latent", tmp_path)
+    task = build_task(config, small_corpus)
+    torch.manual_seed(0)
+    metrics = task.evaluate(build_model(config, len(small_corpus.vocab)), "valid")
+    values = metrics.values
+    assert values["mi_per_token"] == pytest.approx(values["mi"] * values["sentences"] / values["tokens"])
+    assert values["tokens"] > values["sentences"]  # so the two units differ
+    assert "mi_per_token" in metrics.logged()

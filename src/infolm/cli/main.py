@@ -626,7 +626,11 @@ def make_parser() -> Parser:
     p.add_argument("run_dirs", nargs="+", help="run directories, or sweep directories (their trial-* runs)")
     p.add_argument("--out", required=True, help="directory for pareto.csv and pareto.png")
     p.add_argument("--nll-key", default="loss", help="NLL field of the evaluation records (sentence-latent: per token)")
-    p.add_argument("--mi-key", default="mi", help="MI field of the evaluation records (sentence-latent: per sentence)")
+    p.add_argument(
+        "--mi-key",
+        default="mi",
+        help="MI field of the evaluation records (sentence-latent: mi per sentence, mi_per_token per token)",
+    )
     p.add_argument("--label", default="", help="comma-separated config keys that name a curve (default: objective)")
     p.add_argument("--optimum", type=float, default=None, help="draw the optimal NLL (synthetic task: 9.2103)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -102,12 +102,21 @@ class SentenceLatent(SentenceLM):
             "kl": metrics.rate,
             "distortion": metrics.distortion,
             "mi": metrics.mutual_information,
+            # per scored token, the unit of "nll" (the thesis reports NLL and KL per token on PTB, ch. 5)
+            "mi_per_token": metrics.mutual_information * metrics.examples / max(metrics.tokens, 1),
             "active_units": float(metrics.active_units),
             "tokens": float(metrics.tokens),
             "sentences": float(metrics.examples),
             "samples": float(samples),
         }
-        log_names = {"nll": "loss", "ppl": "ppl", "kl": "kl", "mi": "mi", "active_units": "active_units"}
+        log_names = {
+            "nll": "loss",
+            "ppl": "ppl",
+            "kl": "kl",
+            "mi": "mi",
+            "mi_per_token": "mi_per_token",
+            "active_units": "active_units",
+        }
         selection = "nll"
         if self.config.selection == "amim":
             values["amim_loss"] = metrics.amim_per_token
@@ -125,6 +134,7 @@ class SentenceLatent(SentenceLM):
         notes = [
             f"nll: the IWAE-{samples} bound on -ln p(x) per scored token, with the model's prior",
             "tokens: the words and each sentence's <eos> (the words alone under a length prior)",
+            "mi: per sentence; mi_per_token: the same estimate per scored token, nll's unit",
         ]
         if not math.isfinite(values["nll"]):
             notes.append("the bound is not finite: the model diverged")
