@@ -4,6 +4,7 @@ in this one)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 import signal
@@ -81,6 +82,38 @@ def cola_task_files(tmp_path_factory):
     (out / "train.tsv").write_text(text)
     (out / "test.tsv").write_text(text)
     return {"name": "path", "train": str(out / "train.tsv"), "test": str(out / "test.tsv")}
+
+
+@dataclasses.dataclass
+class DrawsConfig:
+    weight: float = 1.0  # multiplier in the Composite
+
+
+@pytest.fixture
+def drawing_term(monkeypatch):
+    """The objective ``draws``, registered for one test: a term that draws from torch's global generator
+    before and after the model's pass and adds exactly nothing to the loss or the gradient."""
+    from infolm.objectives.base import OBJECTIVES, Objective, Terms
+    from infolm.registry import Entry
+
+    class Draws(Objective):
+        def __init__(self, config: DrawsConfig) -> None:
+            super().__init__()
+            self.config = config
+
+        def transform_batch(self, batch):
+            torch.rand(101)
+            return batch
+
+        def forward(self, model, batch, output):
+            torch.rand(37)
+            return Terms(losses={"draws": output.logits.sum() * 0.0})
+
+        def loss_scale(self, vocab_size: int) -> float:
+            return 0.0  # the Composite's scale, and so the divergence rule, as without the term
+
+    monkeypatch.setitem(OBJECTIVES._entries, "draws", Entry("draws", Draws, DrawsConfig, "draws, adds nothing"))
+    return "draws"
 
 
 def tiny_model(name: str, vocab_size: int, **overrides):

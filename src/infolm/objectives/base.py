@@ -8,6 +8,7 @@ weighted terms and is the only loss the trainer sees.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping
@@ -123,10 +124,16 @@ class Composite(Objective):
         for _, term in self.named_terms():
             term.setup(corpus, model)
 
+    def drawing(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """The random state term ``name`` draws from in ``transform_batch`` and ``forward``: here the global
+        generators, shared with the model's pass (``objectives/own_streams.py`` gives each term its own)."""
+        return contextlib.nullcontext()
+
     def transform_batch(self, batch: Batch) -> Batch:
         for name, term in self.named_terms():
             if self.weight(name) != 0.0:
-                batch = term.transform_batch(batch)
+                with self.drawing(name):
+                    batch = term.transform_batch(batch)
         return batch
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
@@ -135,7 +142,8 @@ class Composite(Objective):
             weight = self.weight(name)
             if weight == 0.0:
                 continue
-            terms = term(model, batch, output)
+            with self.drawing(name):
+                terms = term(model, batch, output)
             for key, loss in terms.losses.items():
                 out.losses[key] = weight * loss
                 out.metrics[key] = float(loss.detach())
