@@ -1,4 +1,4 @@
-"""``infolm train|evaluate|generate|ngram|info``. Heavy imports happen inside the subcommands."""
+"""``infolm train|evaluate|generate|pilot|ngram|info``. Heavy imports happen inside the subcommands."""
 
 from __future__ import annotations
 
@@ -639,6 +639,10 @@ def make_parser() -> Parser:
     from infolm.cli.latent import add_latent_parser
 
     add_latent_parser(sub)
+
+    from infolm.cli.pilot import add_pilot_parser
+
+    add_pilot_parser(sub)
 
     p = sub.add_parser("info", help="datasets, tasks, models and objectives known to the registries")
     p.add_argument("--json", action="store_true", help="print the registries as JSON")
