@@ -14,8 +14,10 @@ the pilot sets those, the same for every arm. ``--arms FILE`` reads arms from YA
 
 What every arm shares (common random numbers, so that arm − control measures the arm's settings):
 
-* the checkpoint's training weights (``--from last``: the latest step checkpoint, the default;
-  ``--from best``: ``best/``), the objective state of the terms the run trained, the step counter;
+* the checkpoint's weights (``--from last``: the latest step checkpoint's training weights, the default;
+  ``--from best``: ``best/``'s, which are the averaged ones in a run that averages weights, unless it keeps
+  its training weights for divergence restarts), the objective state of the terms the run trained, the
+  step counter;
 * the data: the position of the checkpoint's batches (the step checkpoint of ``best/``'s step when
   ``--from best``; without one, the task's batches from their first epoch) and its carried state;
 * the primary pass's randomness: Python, numpy and torch are seeded with ``--seed`` (default: the run's
@@ -33,6 +35,9 @@ says); an objective term's own optimizer (BMI's discriminator) is continued only
 run's terms. ``--optimizer fresh`` starts every optimizer afresh. The learning-rate schedule starts afresh
 from the arm's ``optim.lr`` (no plateau history; a schedule over the run, ``warmup-linear``, runs over the
 checkpoint's steps plus the pilot's).
+
+So two arms with one config give the same curve bit for bit on CPU (on a GPU, as far as its kernels are
+deterministic: ``run.deterministic``). Arms run one after another in one process.
 
 Each arm is trained by the ``Trainer`` in its own run directory ``OUT/NAME/`` (config, metrics.jsonl, its
 last step checkpoint, best/); ``OUT/NAME.jsonl`` holds one line per evaluation with the arm's values and

@@ -130,7 +130,13 @@ def continue_from(trainer: Any, source: Source, optimizer: str, same_terms: bool
         trainer.batches.load_state_dict(state["batcher"])
         trainer.state = state["recurrent_state"]
         if trainer.averager is not None and "averager" in state:
-            trainer.averager.load_state_dict(state["averager"])
+            try:
+                trainer.averager.load_state_dict(state["averager"])
+            except (ValueError, KeyError, RuntimeError) as error:
+                first = str(error).strip().splitlines()[0]
+                raise InfolmError(
+                    f"arm {Path(trainer.run_dir).name}: optim.average cannot continue the checkpoint's ({first})"
+                ) from None
     if optimizer == "checkpoint":
         assert state is not None  # find_source refuses a checkpoint without one
         saved = state["optimizers"] if same_terms else state["optimizers"][:1]  # a term's own: only its own
