@@ -146,17 +146,25 @@ class MonteCarloObjective(Objective):
         self.config = config
         self.terms = terms
         self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
+        self.length_ratio = 1.0  # longest over mean scored tokens of a training sentence (``setup``)
 
     def loss_scale(self, vocab_size: int) -> float | None:
         """ln|V| per token, as a token-level cross-entropy: the loss is a bound on -ln p(x) per token, and for a
         model that has learned nothing (q = p, a uniform decoder) every bound of these objectives is exact, so
         the loss starts near ln|V| whatever λ, α or β, and a healthy run lowers it. Per sentence over the
-        training mean length, a batch of long sentences reads above ln|V|: no fixed scale then."""
-        return super().loss_scale(vocab_size) if self.config.normalize == "tokens" else None
+        training mean length, a batch of the longest sentences reads up to ``length_ratio`` times its
+        per-token loss: the scale is widened by that ratio (1 where every sentence has one length)."""
+        scale = super().loss_scale(vocab_size)
+        if scale is None or self.config.normalize == "tokens":
+            return scale
+        return scale * self.length_ratio
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
         self.mean_length = training_sentence_length(model, corpus)
+        longest = training_sentence_length(model, corpus, longest=True)
+        if self.mean_length is not None and longest is not None:
+            self.length_ratio = max(longest / max(self.mean_length, 1e-12), 1.0)
         if self.config.estimator in PATHWISE and not model.reparameterized:
             raise InfolmError(
                 f"objective {self.name}: estimator {self.config.estimator} needs reparameterized (Gaussian) "
@@ -200,16 +208,16 @@ def check_normalization(objective: str, normalize: str) -> None:
         )
 
 
-def training_sentence_length(model: nn.Module, corpus: Any) -> float | None:
+def training_sentence_length(model: nn.Module, corpus: Any, longest: bool = False) -> float | None:
     """Mean scored tokens per training sentence (None without a corpus): the constant that puts a
-    per-sentence mean loss on a per-token scale."""
+    per-sentence mean loss on a per-token scale; with ``longest``, the longest sentence's."""
     if corpus is None or not hasattr(corpus, "sentence_offsets"):
         return None
     lengths = torch.as_tensor(corpus.sentence_offsets("train")).diff()  # each line's words and its <eos>
     if lengths.numel() == 0:
         return None
     scored = cast(LatentVariableModel, model).scored_tokens(lengths)
-    return float(scored.double().mean())
+    return float(scored.max()) if longest else float(scored.double().mean())
 
 
 def normalized_loss(total: Tensor, sentences: int, tokens: int, mean_length: float | None, normalize: str) -> Tensor:
