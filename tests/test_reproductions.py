@@ -67,6 +67,10 @@ def test_verdict_rule() -> None:
     assert stats.paper_sign(51.0, 54.6, None, "lower") == -1
     assert stats.paper_sign(None, None, "higher", "lower") == 1
     assert stats.paper_sign(None, None, None, "higher") == 1
+    # a number compared within a tolerance says when fewer seeds than declared stand behind it
+    one = stats.summarize([113.3])
+    assert stats.tolerance_verdict(one, 114.5, 0.05, seeds=1) == stats.REPRODUCED
+    assert stats.tolerance_verdict(one, 114.5, 0.05, seeds=3) == f"{stats.REPRODUCED} (1 of 3 seeds)"
 
 
 def test_transforms() -> None:

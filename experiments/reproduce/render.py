@@ -86,7 +86,9 @@ def evaluate(comparison: Comparison, records_root: Path) -> ComparisonResult:
     for arm in arms:
         if control is None:
             ours = stats.summarize(list(arm.values.get(primary.name, {}).values()))
-            arm.verdict = stats.tolerance_verdict(ours, arm.arm.paper.get(primary.name), comparison.tolerance)
+            arm.verdict = stats.tolerance_verdict(
+                ours, arm.arm.paper.get(primary.name), comparison.tolerance, len(comparison.seeds)
+            )
             continue
         for metric in comparison.metrics:
             arm.paired[metric.name] = stats.paired(arm.values.get(metric.name, {}), control.values.get(metric.name, {}))
@@ -179,7 +181,9 @@ def _table(result: ComparisonResult) -> list[str]:
             else:
                 cells += [
                     _paper(paper, metric.digits),
-                    stats.tolerance_verdict(ours, paper, comparison.tolerance) if not is_control else "—",
+                    stats.tolerance_verdict(ours, paper, comparison.tolerance, len(comparison.seeds))
+                    if not is_control
+                    else "—",
                 ]
             lines.append(_row(cells))
     return lines

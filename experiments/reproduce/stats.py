@@ -92,10 +92,12 @@ def verdict(result: Paired, sign: int) -> str:
     return NOT_REPRODUCED
 
 
-def tolerance_verdict(ours: Summary, paper: Any, tolerance: float | None) -> str:
-    """A single-model comparison with the paper's number: within ``tolerance`` (relative) or not."""
+def tolerance_verdict(ours: Summary, paper: Any, tolerance: float | None, seeds: int = 1) -> str:
+    """A single-model comparison with the paper's number: within ``tolerance`` (relative) or not; read on
+    fewer than the ``seeds`` the protocol declares, the verdict says on how many."""
     if ours.mean is None:
         return NO_RECORD
     if tolerance is None or not isinstance(paper, (int, float)) or paper == 0:
         return REPORTED
-    return REPRODUCED if abs(ours.mean - paper) <= tolerance * abs(paper) else NOT_REPRODUCED
+    found = REPRODUCED if abs(ours.mean - paper) <= tolerance * abs(paper) else NOT_REPRODUCED
+    return found if ours.n >= seeds else f"{found} ({ours.n} of {seeds} seeds)"
