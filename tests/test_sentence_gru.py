@@ -231,3 +231,14 @@ def test_a_bf16_decoder_sums_its_token_scores_in_float32() -> None:
     with torch.no_grad():
         lp, eos_terms = model.log_likelihood_terms(tokens, lengths, z)
     assert lp.dtype == torch.float32 and eos_terms is not None and eos_terms.dtype == torch.float32
+
+
+def test_the_model_built_for_a_run_ends_sentences_with_the_vocabularys_eos() -> None:
+    from infolm.build import build_model
+    from infolm.config import load_config
+
+    config = load_config(None, ['model={"name": "sentence-gru", "emb": 8, "hidden": 10, "latent": 3}'])
+    assert build_model(config, 12, eos_id=5).eos_id == 5  # type: ignore[attr-defined]
+    assert build_model(config, 12).eos_id == 0  # type: ignore[attr-defined]
+    lstm = load_config(None, ['model={"name": "lstm", "emb": 4, "hidden": 4, "layers": 1}'])
+    assert build_model(lstm, 12, eos_id=5) is not None  # a model without the argument is built as before

@@ -43,11 +43,26 @@ RESUMABLE_KEYS = {
 MISSING_SHOWN = 8  # names of missing weights shown in run.init_from's refusal
 
 
-def build_model(config: Config, vocab_size: int) -> LanguageModel:
+def eos_of(vocab: Any) -> int | None:
+    """The id of ``<eos>`` in ``vocab``, None where it has none (a WordPiece vocabulary)."""
+    try:
+        return int(vocab.eos_id)
+    except (AttributeError, KeyError):
+        return None
+
+
+def build_model(config: Config, vocab_size: int, eos_id: int | None = None) -> LanguageModel:
+    """The configured model for a vocabulary of ``vocab_size``; a model that takes the id of ``<eos>``
+    (the sentence GRU ends its sentences with it) gets ``eos_id``, the vocabulary's, when it is known."""
+    import inspect
+
     from infolm.models import MODELS
 
     settings = {k: v for k, v in config.model.items() if k != "name"}
-    return MODELS.build(config.model["name"], settings, vocab_size=vocab_size, where="model")
+    extra: dict[str, Any] = {}
+    if eos_id is not None and "eos_id" in inspect.signature(MODELS.get(config.model["name"]).factory).parameters:
+        extra["eos_id"] = eos_id
+    return MODELS.build(config.model["name"], settings, vocab_size=vocab_size, where="model", **extra)
 
 
 def build_task(config: Config, corpus: Corpus) -> Any:
@@ -232,7 +247,7 @@ def build_trainer(config: Config) -> tuple[Any, Corpus]:
     corpus = task_data(config)
     check_train_data(config, corpus)
     torch.manual_seed(config.run.seed)
-    model = build_model(config, len(corpus.vocab))
+    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab))
     objective = build_objective(config)
     objective.setup(corpus, model)
     averager = build_averager(config, model)
@@ -253,7 +268,7 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     if config.run.deterministic:
         torch.use_deterministic_algorithms(True)
     seed_everything(config.run.seed)
-    model = build_model(config, len(corpus.vocab))
+    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab))
     if config.run.init_from:
         init_weights(model, config.run.init_from, corpus, init_checkpoint(config))
     objective = build_objective(config)
@@ -393,7 +408,7 @@ def load_run(
     saved_vocab = Vocab.load(run_dir / "vocab.json")
     if saved_vocab.itos != corpus.vocab.itos:
         raise InfolmError(f"the data of {run_dir} no longer gives the vocabulary the run was trained with")
-    model = build_model(config, len(corpus.vocab))
+    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab))
     _load_checkpoint_weights(model, chosen)
     model.to(device).eval()
     return config, corpus, model
@@ -415,7 +430,8 @@ def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Config, La
     chosen = _evaluation_checkpoint(run_dir)
     if chosen is None:
         raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
-    model = build_model(config, len(Vocab.load(run_dir / "vocab.json")))
+    vocab = Vocab.load(run_dir / "vocab.json")
+    model = build_model(config, len(vocab), eos_of(vocab))
     _load_checkpoint_weights(model, chosen)
     model.to(device).eval()
     return config, model, chosen

@@ -72,7 +72,7 @@ class SentenceGRU(LatentVariableModel):
     log_length_prior: Tensor  # (max_length + 1,) ln p(T), a buffer (Eq. 2)
 
     def __init__(self, config: SentenceGRUConfig, vocab_size: int, eos_id: int = 0) -> None:
-        """``eos_id``: the id of ``<eos>`` (0 in every infolm vocabulary: specials come first)."""
+        """``eos_id``: the id of ``<eos>``, the vocabulary's (``build_model`` passes it; 0 in infolm's ``Vocab``)."""
         super().__init__()
         self.config = config
         self.vocab_size = vocab_size

@@ -162,6 +162,7 @@ def run_arm(source: Source, arm: Arm, config: Config, corpus: Any, settings: Pil
         build_model,
         build_objective,
         build_task,
+        eos_of,
         init_objective_state,
         prepare_run_dir,
         run_meta,
@@ -171,7 +172,7 @@ def run_arm(source: Source, arm: Arm, config: Config, corpus: Any, settings: Pil
     from infolm.training import checkpoint as ckpt
 
     seed_everything(config.run.seed)  # the same objects (a term's own weights) in every arm
-    model = build_model(config, len(corpus.vocab))
+    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab))
     try:
         missing = ckpt.load_weights(model, source.weights, raw=True)
     except Exception as error:  # safetensors and load_state_dict raise their own types
