@@ -239,3 +239,39 @@ def test_evaluate_interpolate_with_a_bad_arpa_file_is_one_error_line(tiny_run, a
     result = run_in_process("evaluate", str(tiny_run), "--as-trained", "--interpolate", f"{tiny_run}/{arpa}")
     assert result.returncode != 0 and result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("infolm: error: ")
+
+
+def test_a_file_with_sentence_markers_reads_eos_as_end_and_start_of_sentence(tmp_path) -> None:
+    """A KenLM / SRILM file has <s> and </s> and no <eos>: the run's <eos> is scored as P(</s> | ...), and
+    each sentence starts from <s>, as those tools score text."""
+    import math
+
+    import numpy as np
+
+    from infolm.data.vocab import Vocab
+    from infolm.ngram.remap import read_ngram_onto
+
+    bigrams = {("<s>", "a"): 0.6, ("<s>", "b"): 0.4, ("a", "b"): 0.7, ("a", "</s>"): 0.3,
+               ("b", "a"): 0.5, ("b", "</s>"): 0.5}  # fmt: skip
+    unigrams = {"<s>": 0.0, "</s>": 0.3, "a": 0.4, "b": 0.3}
+    lines = ["\\data\\", "ngram 1=4", "ngram 2=6", "", "\\1-grams:"]
+    lines += [f"{math.log10(p) if p else -99:.6f}\t{w}\t0.0" for w, p in unigrams.items()]
+    lines += ["", "\\2-grams:"] + [f"{math.log10(p):.6f}\t{h} {w}" for (h, w), p in bigrams.items()]
+    lines += ["", "\\end\\", ""]
+    path = tmp_path / "kenlm.arpa"
+    path.write_text("\n".join(lines))
+    vocab = Vocab(["<eos>", "a", "b"])
+    ngram = read_ngram_onto(path, vocab)
+    tokens = np.array([1, 2, 0, 2, 0])  # a b <eos> b <eos>
+    got = ngram.segment_log_probs(tokens, np.array([0]), np.array([5]))
+    want = [
+        bigrams[("<s>", "a")],
+        bigrams[("a", "b")],
+        bigrams[("b", "</s>")],
+        bigrams[("<s>", "b")],
+        bigrams[("b", "</s>")],
+    ]
+    np.testing.assert_allclose(got, np.log(want), atol=1e-5)
+    after_eos = ngram.next_token_distribution(np.array([[0]]))[0]  # the history <eos> reads as <s>
+    np.testing.assert_allclose(after_eos.numpy(), [0.3, 0.6, 0.4], atol=1e-5)  # </s> after <s>: backed off
+    assert "<eos>" not in ngram.missing

@@ -7,6 +7,10 @@ same way, so ``P(y | h)`` is the n-gram's probability of ``map(y)`` after ``map(
 vocabularies differ, the mapped probabilities over the run's vocabulary need not sum to one (several
 run words share ``<unk>``; n-gram words the run lacks keep their mass); where they hold the same
 words they are exactly the n-gram's distribution.
+
+A file with sentence markers ``<s>`` and ``</s>`` and no ``<eos>`` (KenLM, SRILM) is read in its own
+convention: the run's ``<eos>`` is ``</s>`` where it is predicted and ``<s>`` where it is history, and
+the text is scored sentence by sentence (a segment is cut after each ``<eos>``), as those tools score it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ class RemappedNgram:
 
     def __init__(self, model: NgramModel, own: Vocab, target: Vocab, source: str = "the n-gram") -> None:
         ids = np.array([own.stoi.get(word, -1) for word in target.itos], dtype=np.int64)
+        history_ids = ids.copy()
+        eos = target.stoi.get(EOS)
+        self.sentence_eos: int | None = None  # the run's <eos> where the file marks sentences with <s> </s>
+        if eos is not None and EOS not in own and "</s>" in own and "<s>" in own:
+            ids[eos], history_ids[eos] = own.stoi["</s>"], own.stoi["<s>"]
+            self.sentence_eos = eos
         shared = [word for word, i in zip(target.itos, ids) if i >= 0 and word not in _MARKERS]
         if not shared:
             raise InfolmError(
@@ -44,10 +54,11 @@ class RemappedNgram:
                     f"(e.g. {self.missing[0]!r})"
                 )
             ids[ids < 0] = own.stoi[UNK]
-        self.ids = ids  # (V_run,) the n-gram id of each run token
+            history_ids[history_ids < 0] = own.stoi[UNK]
+        self.ids = ids  # (V_run,) the n-gram id of each run token, predicted
+        self.history_ids = history_ids  # ... and in a history (differs only for <eos> read as <s>)
         self.vocab_size = len(target)
-        eos = target.stoi.get(EOS)
-        history = int(ids[eos]) if eos is not None else model.history_id  # what precedes a segment
+        history = int(history_ids[eos]) if eos is not None else model.history_id  # what precedes a segment
         self.model = NgramModel(model.tables, model.vocab_size, history_id=history, method=model.method)
 
     @property
@@ -57,7 +68,7 @@ class RemappedNgram:
     def next_token_distribution(self, contexts: Tensor | np.ndarray) -> Tensor:
         """P(run token | context) for a batch of run-id contexts: (N, L) -> (N, V_run) float32."""
         ctx = contexts.detach().cpu().numpy() if isinstance(contexts, Tensor) else np.asarray(contexts)
-        dist = self.model.next_token_distribution(self.ids[ctx.astype(np.int64)])  # (N, V_ngram)
+        dist = self.model.next_token_distribution(self.history_ids[ctx.astype(np.int64)])  # (N, V_ngram)
         return dist[:, torch.from_numpy(self.ids)]
 
     def segment_log_probs(self, tokens: Tensor | np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -68,8 +79,17 @@ class RemappedNgram:
         mapped = self.ids[flat.astype(np.int64)]
         out = np.full(len(mapped), np.nan)
         for start, length in zip(np.asarray(starts).tolist(), np.asarray(lengths).tolist()):
-            out[start : start + length] = self.model.token_log_probs(mapped[start : start + length])
+            for first, stop in self._sentences(flat, start, start + length):
+                out[first:stop] = self.model.token_log_probs(mapped[first:stop])
         return out
+
+    def _sentences(self, flat: np.ndarray, start: int, stop: int) -> list[tuple[int, int]]:
+        """``[start, stop)`` as one piece, or cut after each ``<eos>`` for a file that scores sentences."""
+        if self.sentence_eos is None:
+            return [(start, stop)]
+        ends = (np.flatnonzero(flat[start:stop] == self.sentence_eos) + start + 1).tolist()
+        cuts = [start, *[e for e in ends if e < stop], stop]
+        return list(zip(cuts[:-1], cuts[1:]))
 
 
 def read_ngram_onto(path: str | Path, vocab: Vocab) -> RemappedNgram:

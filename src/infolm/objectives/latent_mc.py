@@ -146,25 +146,24 @@ class MonteCarloObjective(Objective):
         self.config = config
         self.terms = terms
         self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
-        self.length_ratio = 1.0  # longest over mean scored tokens of a training sentence (``setup``)
+        self.one_length = True  # every training sentence scores as many tokens (``setup``)
 
     def loss_scale(self, vocab_size: int) -> float | None:
         """ln|V| per token, as a token-level cross-entropy: the loss is a bound on -ln p(x) per token, and for a
         model that has learned nothing (q = p, a uniform decoder) every bound of these objectives is exact, so
         the loss starts near ln|V| whatever λ, α or β, and a healthy run lowers it. Per sentence over the
-        training mean length, a batch of the longest sentences reads up to ``length_ratio`` times its
-        per-token loss: the scale is widened by that ratio (1 where every sentence has one length)."""
-        scale = super().loss_scale(vocab_size)
-        if scale is None or self.config.normalize == "tokens":
-            return scale
-        return scale * self.length_ratio
+        training mean length, a batch of long sentences reads above its per-token loss by a factor that the
+        task's truncation bounds and the objective cannot see: no fixed scale then (the run's own losses
+        judge, as for A-MIM and the auto-encoder), unless every sentence has one length (the synthetic task)."""
+        if self.config.normalize == "tokens" or self.one_length:
+            return super().loss_scale(vocab_size)
+        return None
 
     def setup(self, corpus: Any, model: nn.Module) -> None:
         require_latent_model(self, model, corpus)
         self.mean_length = training_sentence_length(model, corpus)
         longest = training_sentence_length(model, corpus, longest=True)
-        if self.mean_length is not None and longest is not None:
-            self.length_ratio = max(longest / max(self.mean_length, 1e-12), 1.0)
+        self.one_length = self.mean_length is None or longest == self.mean_length
         if self.config.estimator in PATHWISE and not model.reparameterized:
             raise InfolmError(
                 f"objective {self.name}: estimator {self.config.estimator} needs reparameterized (Gaussian) "
