@@ -101,3 +101,13 @@ def test_pairs_need_room_for_two_segments():
     with pytest.raises(InfolmError, match="at least 5"):
         MaskedLMConfig(max_len=4, pairs=True)
     assert MaskedLMConfig(max_len=5, pairs=True).max_len == 5
+
+
+def test_a_text_whose_last_row_is_one_subword_gives_no_row_without_a_pair() -> None:
+    from infolm.tasks.masked_lm import cut_rows
+
+    flat = torch.arange(10, 10 + 6)  # six one-subword words; rows of at most 8 - 3 = 5 subwords
+    continuation = torch.zeros(100, dtype=torch.bool)
+    rows = cut_rows(flat, continuation, max_len=8, pairs=True)
+    lengths = (rows.tokens != 0).sum(1) - 2
+    assert bool((lengths >= 2).all()), lengths  # the lone sixth subword would be a row NSP cannot split

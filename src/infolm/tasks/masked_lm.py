@@ -125,6 +125,9 @@ def cut_rows(flat: Tensor, continuation: Tensor, max_len: int, pairs: bool = Fal
     n = flat.numel()
     starts = chunk_starts((~continuation[flat]).numpy(), width) if pairs else np.arange(0, n, width)
     lengths = torch.from_numpy(np.append(starts[1:], n) - starts)  # (R,) subwords per row
+    if pairs and bool((lengths >= 2).any()):  # a row of one subword (the text's last) makes no pair: dropped,
+        keep = (lengths >= 2).numpy()  # as NSP needs two segments in every row
+        starts, lengths = starts[keep], lengths[keep]
     column = torch.arange(width)[None, :]
     inside = column < lengths[:, None]  # (R, width)
     source = (torch.from_numpy(starts)[:, None] + column).clamp(max=n - 1)
