@@ -250,6 +250,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", help="default: the protocol's, else 0")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
     parser.add_argument("--figures", nargs="+", default=DEFAULT_FIGURES, choices=list(FIGURES))
+    parser.add_argument("--curves", nargs="+", help="only these curves of the figures (labels, e.g. 'DReG 16 KL')")
     parser.add_argument("--docs-img", default="docs/img", help="where the PNGs are copied ('' : nowhere)")
     parser.add_argument("--records", default="", help="archived runs (default experiments/records/<experiment>)")
     parser.add_argument("--archive", action="store_true", help="copy every finished run into --records")
@@ -262,6 +263,10 @@ def main() -> None:
         args.seeds = grid[1] if args.seeds is None else args.seeds
     if any(not math.isfinite(lam) or lam >= 1.0 for lam in args.lams):
         raise SystemExit(f"--lams must be finite and below 1 (the objectives' λ < 1), got {args.lams}")
+    known = [label for figure in args.figures for label, _ in FIGURES[figure][1]]
+    unknown = [label for label in args.curves or [] if label not in known]
+    if unknown:
+        raise SystemExit(f"--curves: no curve {unknown[0]!r} in {args.figures}; known: {', '.join(known)}")
     if args.jobs < 1 or args.steps < 0:
         raise SystemExit(f"--jobs must be at least 1 and --steps at least 0, got {args.jobs} and {args.steps}")
     steps, anneal_epoch = SCHEDULES[args.schedule]
@@ -278,6 +283,8 @@ def main() -> None:
             for figure in args.figures:
                 base, curves = FIGURES[figure]
                 for label, objective in curves:
+                    if args.curves and label not in args.curves:
+                        continue
                     name = f"{slug(label)}-lam{lam:g}-s{seed}"
                     run_dir, record_dir = out / figure / name, records / figure / name
                     found = record_dir if is_record(record_dir) and not run_dir.is_dir() else run_dir
