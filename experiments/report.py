@@ -72,15 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(text)
         print(f"wrote {path.relative_to(ROOT)}")
     if not args.no_figures:
-        from experiments.reproduce.figures import write_curve
+        from experiments.reproduce.figures import write_curve, write_frontier
         from experiments.reproduce.render import evaluate as evaluate_comparison
 
         for paper in sorted(wanted):
             for comparison in pages[paper].comparisons:
-                if comparison.curve:
+                if comparison.curve or comparison.frontier:
                     result = evaluate_comparison(comparison, ROOT / "experiments" / "records")
                     target = ROOT / "docs" / "reproductions" / "img" / f"{paper}-{comparison.id}.png"
-                    if write_curve(result, target):
+                    write = write_frontier if comparison.frontier else write_curve
+                    if write(result, target):
                         print(f"wrote {target.relative_to(ROOT)}")
     return 0
 

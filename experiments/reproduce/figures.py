@@ -76,3 +76,56 @@ def write_curve(result: ComparisonResult, path: Path) -> bool:
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
     return True
+
+
+def write_frontier(result: ComparisonResult, path: Path) -> bool:
+    """The measured points of each curve of a frontier comparison (mean over seeds, ± one sd on both axes),
+    the frontier of those means joined, and a dotted line at each x the comparison reads; False (nothing
+    written) where no point has a record."""
+    spec = result.points.comparison.frontier if result.points is not None else None
+    if spec is None or result.points is None:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.reproduce.frontier import pareto_front
+    from experiments.reproduce.stats import summarize
+
+    by_arm = {arm.arm.arm: arm for arm in result.points.arms}
+    metrics = {metric.name: metric for metric in result.points.comparison.metrics}
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    drawn = False
+    for label, names in spec.curves.items():
+        means = []
+        for name in names:
+            values = by_arm[name].values
+            x, y = summarize(list(values.get(spec.x, {}).values())), summarize(list(values.get(spec.y, {}).values()))
+            if x.mean is None or y.mean is None:
+                continue
+            means.append((x.mean, y.mean, x.sd or 0.0, y.sd or 0.0))
+        if not means:
+            continue
+        bars = ax.errorbar(
+            [m[0] for m in means], [m[1] for m in means], xerr=[m[2] for m in means], yerr=[m[3] for m in means],
+            fmt="o", markersize=4, capsize=2, label=label,
+        )  # fmt: skip
+        front = pareto_front([(m[0], m[1]) for m in means], metrics[spec.x].better, metrics[spec.y].better)
+        ax.plot([p[0] for p in front], [p[1] for p in front], color=bars.lines[0].get_color(), linewidth=1)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return False
+    for at in spec.at:
+        ax.axvline(at, color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xlabel(f"{spec.x} (mean over seeds)")
+    ax.set_ylabel(f"{spec.y} (mean over seeds)")
+    ax.set_title(result.comparison.title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return True

@@ -44,6 +44,19 @@ class Arm:
 
 
 @dataclass
+class FrontierSpec:
+    """Curves read at equal x where they were measured (``frontier.py``; format: README.md here)."""
+
+    x: str  # the metric the curves are read at (the MI estimate)
+    y: str  # the metric read (the NLL bound)
+    at: list[float]  # the x values at which every curve is read, declared before the runs are read
+    curves: dict[str, list[str]]  # curve label -> its arms (one run per arm and seed)
+    control: str  # the curve the others are paired with
+    expect: str | None = None  # lower | higher: the paper's direction of curve - control in y
+    max_gap: float = 1.0  # the widest x gap a reading may bridge (nats of MI)
+
+
+@dataclass
 class Comparison:
     id: str
     title: str
@@ -60,6 +73,7 @@ class Comparison:
     curve: dict[str, Any] | None = None
     notes: str = ""
     command: str | None = None
+    frontier: FrontierSpec | None = None
 
     def run_name(self, arm: str, seed: int) -> str:
         return f"{arm}-s{seed}"
@@ -136,6 +150,35 @@ def _metric(raw: Any, where: str) -> Metric:
     return metric
 
 
+def _frontier(raw: Any, names: set[str], where: str) -> FrontierSpec:
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{where}: frontier is a mapping with x, y, at, curves and control")
+    missing = [key for key in ("x", "y", "at", "curves", "control") if key not in raw]
+    if missing:
+        raise ProtocolError(f"{where}: frontier misses {', '.join(missing)}")
+    if not isinstance(raw["curves"], dict) or not isinstance(raw["at"], list):
+        raise ProtocolError(f"{where}: frontier curves maps a label to its arms, and at is a list of numbers")
+    spec = FrontierSpec(
+        x=str(raw["x"]),
+        y=str(raw["y"]),
+        at=[float(v) for v in raw["at"]],
+        curves={str(label): [str(a) for a in arms] for label, arms in raw["curves"].items()},
+        control=str(raw["control"]),
+        expect=raw.get("expect"),
+        max_gap=float(raw.get("max_gap", 1.0)),
+    )
+    for axis in (spec.x, spec.y):
+        if axis not in names:
+            raise ProtocolError(f"{where}: frontier axis '{axis}' is no metric of the comparison")
+    if spec.control not in spec.curves or len(spec.curves) < 2:
+        raise ProtocolError(f"{where}: frontier control '{spec.control}' must be one of two curves or more")
+    if spec.expect not in (None, "lower", "higher"):
+        raise ProtocolError(f"{where}: frontier expect is lower or higher, not {spec.expect!r}")
+    if not spec.at or spec.max_gap <= 0:
+        raise ProtocolError(f"{where}: frontier needs at least one 'at' value and a positive max_gap")
+    return spec
+
+
 def _comparison(raw: Any, where: str, driver: str) -> Comparison:
     if not isinstance(raw, dict):
         raise ProtocolError(f"{where}: a comparison is a mapping")
@@ -144,9 +187,15 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
     metrics = [_metric(m, f"{where} metrics") for m in _need(raw, "metrics", where)]
     if not metrics:
         raise ProtocolError(f"{where}: at least one metric")
-    control = _arm(raw["control"], f"{where} control") if raw.get("control") else None
-    arms = [_arm(a, f"{where} arms") for a in _need(raw, "arms", where)]
     names = {metric.name for metric in metrics}
+    frontier = _frontier(raw["frontier"], names, where) if raw.get("frontier") is not None else None
+    if frontier is not None and (raw.get("control") or raw.get("arms")):
+        raise ProtocolError(f"{where}: a frontier comparison names its arms in frontier.curves, no control or arms")
+    control = _arm(raw["control"], f"{where} control") if raw.get("control") else None
+    if frontier is not None:  # every point of every curve, labelled with its curve
+        arms = [Arm(arm=name, label=f"{label}: {name}") for label, group in frontier.curves.items() for name in group]
+    else:
+        arms = [_arm(a, f"{where} arms") for a in _need(raw, "arms", where)]
     for arm in [*arms, *([control] if control else [])]:
         if arm.select and arm.select_by not in names:
             raise ProtocolError(f"{where}: arm '{arm.arm}' selects by '{arm.select_by}', which is no metric of it")
@@ -170,6 +219,7 @@ def _comparison(raw: Any, where: str, driver: str) -> Comparison:
         curve=raw.get("curve"),
         notes=str(raw.get("notes") or "").strip(),
         command=str(raw.get("command") or driver) or None,
+        frontier=frontier,
     )
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from experiments.reproduce import stats
+from experiments.reproduce import frontier, stats
 from experiments.reproduce.protocol import Arm, Comparison, Metric, Page
 from experiments.reproduce.records import Record, load_records
 
@@ -29,6 +29,8 @@ class ComparisonResult:
     comparison: Comparison
     control: ArmResult | None
     arms: list[ArmResult]
+    points: ComparisonResult | None = None  # a frontier comparison: the measured points its readings come from
+    skipped: list[str] = field(default_factory=list)  # a frontier comparison: the readings left out, in words
 
 
 def _value(record: Record, metric: Metric, arm: Arm | None = None) -> float | None:
@@ -77,9 +79,32 @@ def _collect(comparison: Comparison, arm: Arm, records: dict[str, Record]) -> Ar
     return result
 
 
+def _evaluate_frontier(comparison: Comparison, records: dict[str, Record]) -> ComparisonResult:
+    """Each curve read at the declared x values where measured (``frontier.py``), paired with the control
+    curve; the measured points themselves are kept for the runs table."""
+    spec = comparison.frontier
+    assert spec is not None
+    points = ComparisonResult(comparison, None, [_collect(comparison, arm, records) for arm in comparison.arms])
+    metrics, readings, skipped = frontier.read(comparison, {arm.arm.arm: arm.values for arm in points.arms})
+    read = replace(comparison, metrics=metrics, frontier=None)
+    curves = {
+        label: ArmResult(arm=Arm(arm=label, label=label, expect=spec.expect), values=readings.get(label, {}))
+        for label in spec.curves
+    }
+    control = curves.pop(spec.control)
+    for curve in curves.values():
+        curve.paired = {
+            m.name: stats.paired(curve.values.get(m.name, {}), control.values.get(m.name, {})) for m in metrics
+        }
+        curve.verdict = frontier.verdict_of(curve.paired, metrics, spec)
+    return ComparisonResult(read, control, list(curves.values()), points=points, skipped=skipped)
+
+
 def evaluate(comparison: Comparison, records_root: Path) -> ComparisonResult:
     """Each arm's values per seed, its paired differences with the control and its verdict by the rule."""
     records = load_records(records_root / comparison.records)
+    if comparison.frontier is not None:
+        return _evaluate_frontier(comparison, records)
     control = _collect(comparison, comparison.control, records) if comparison.control else None
     arms = [_collect(comparison, arm, records) for arm in comparison.arms]
     primary = comparison.metrics[0]
@@ -317,9 +342,14 @@ def render_comparison(result: ComparisonResult, paper: str) -> list[str]:
         *_table(result),
         *_matched(result),
     ]
+    if result.points is not None:
+        lines += ["", "Each curve is read on its own measured frontier at each seed; readings left out:"]
+        lines += [f"- {text}" for text in result.skipped] or ["- none"]
+        if any(arm.records for arm in result.points.arms):
+            lines += ["", f"![frontiers](img/{paper}-{comparison.id}.png)"]
     if comparison.curve and any(arm.records for arm in ([result.control] if result.control else []) + result.arms):
         lines += ["", f"![valid {comparison.curve.get('field', 'ppl')} by epoch](img/{paper}-{comparison.id}.png)"]
-    lines += _runs(result)
+    lines += _runs(result.points or result)
     if comparison.notes:
         lines += ["", comparison.notes]
     if comparison.command:
