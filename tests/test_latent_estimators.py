@@ -390,3 +390,40 @@ def test_the_kl_estimate_is_biased_both_ways_so_prop_9_ii_does_not_hold() -> Non
     assert estimate(far, 1, 20000)[0] > kl_target + 3.0  # and upward
     mean, se = estimate(prior, 4096, 200)
     assert abs(mean - kl_target) < 0.05  # consistent (Prop. 9(i))
+
+
+def test_the_shared_base_reading_is_eq_5_11_and_equals_own_draws_at_equal_counts() -> None:
+    h, r = random_quantities(6)
+    lam, alpha = 0.3, 2.5
+    for objective in (lambda est, m: kl_objective(lam, 6, m, mi_estimate=est),
+                      lambda est, m: renyi_objective(lam, alpha, 6, m, mi_estimate=est)):  # fmt: skip
+        torch.testing.assert_close(
+            objective_value(objective("shared-base", 6), h, r), objective_value(objective("own-draws", 6), h, r)
+        )
+    s, u_one = iwae_bound(h, r), self_normalized_log_likelihood(h[:1], r[:1])
+    shared = objective_value(kl_objective(lam, 6, 1, mi_estimate="shared-base"), h, r)
+    torch.testing.assert_close(shared, (1 - lam) * s + lam * u_one)  # Eq. 5.11's grouping with Û^1
+    own = objective_value(kl_objective(lam, 6, 1), h, r)
+    torch.testing.assert_close(own, s + lam * -r[0])  # Û^1 - Ŝ^1 = ln q(z_1|x)/p(z_1): one draw's rate
+    with pytest.raises(ValueError, match="mi_estimate must be one of"):
+        kl_objective(lam, 6, 1, mi_estimate="bounded")
+
+
+def test_16_1_with_one_draw_for_the_kl_is_unbounded_in_a_posterior_variance_above_a_small_lambda() -> None:
+    """A latent the decoder ignores (h constant), q(z|x) = N(0, σ²), p(z) = N(0, 1): the own-draws 16/1
+    KL objective gains λ σ² ε_1²/2 and loses σ² min_i ε_i²/2, so its expectation grows without bound in σ
+    for λ > E[min of 16 χ²_1] ≈ 0.0104 and falls below it; the shared-base reading falls for every λ < 1."""
+    generator = torch.Generator().manual_seed(0)
+    eps = torch.randn(16, 100_000, generator=generator)
+    threshold = float((eps**2).min(0).values.mean())
+    assert 0.009 < threshold < 0.012
+
+    def expected(lam: float, sigma: float, mi_estimate: str) -> float:
+        r = -(sigma**2) * eps**2 / 2 + eps**2 / 2 + math.log(sigma)  # ln p(z) - ln q(z|x) at z = σ ε
+        h = torch.full_like(r, -2.0)
+        return float(objective_value(kl_objective(lam, 16, 1, mi_estimate=mi_estimate), h, r).mean())
+
+    for lam in (0.02, 0.1, 0.3):
+        assert expected(lam, 100.0, "own-draws") > expected(lam, 10.0, "own-draws") > expected(lam, 1.0, "own-draws")
+        assert expected(lam, 100.0, "shared-base") < expected(lam, 10.0, "shared-base") < -2.0
+    assert expected(0.005, 100.0, "own-draws") < expected(0.005, 10.0, "own-draws")

@@ -112,24 +112,55 @@ def likelihood_terms(base: str, samples: int, alpha: float = 1.0, weight: float 
     return [Term(weight, LOG_MEAN_EXP, samples, alpha)]
 
 
-def kl_objective(lam: float, likelihood_samples: int, mi_samples: int, base: str = "iwae") -> Objective:
+# How the MI term of an objective with fewer (or more) MI draws than likelihood draws reads ln p(x):
+# "own-draws", from the MI term's own K_mi draws (Eqs. 5.12, 5.16 with K = K_mi inside the bracket; at
+# K_mi = 1 the KL term is one draw's ln q(z|x)/p(z), the representational KL of Prop. 11, which the thesis's
+# Figs. 5.4 and 5.7 use for 16/1); "shared-base", from the likelihood term's K_ll draws, so that the KL
+# objective is Eq. 5.11's grouping (1 - λ) Ŝ^{K_ll} + λ Û^{K_mi}. With K_ll = K_mi the two are one objective.
+MI_ESTIMATES = ("own-draws", "shared-base")
+
+
+def kl_objective(
+    lam: float, likelihood_samples: int, mi_samples: int, base: str = "iwae", mi_estimate: str = "own-draws"
+) -> Objective:
     """Ô_KL = Ŝ^{K_ll} + λ (Û^{K_mi} - Ŝ^{K_mi}) (Eq. 5.12; with K_ll = K_mi it is Eq. 5.11:
-    (1 - λ) Ŝ^K + λ Û^K). Separate counts give the 16/1 and 1/16 variants of Figs. 5.4 and 5.7."""
+    (1 - λ) Ŝ^K + λ Û^K). Separate counts give the 16/1 and 1/16 variants of Figs. 5.4 and 5.7.
+
+    With Gaussian latents and K_mi = 1 < K_ll, ``own-draws`` is unbounded above: a latent the decoder
+    ignores, its posterior variance σ² growing, adds λ σ² ε_1²/2 through the one draw's ln q/p and costs
+    Ŝ^{K_ll} only σ² min_i ε_i²/2 (the best of K_ll draws), so for λ above E[min of K_ll χ²_1] (≈ 0.0105
+    at K_ll = 16) the objective grows without bound in σ². ``shared-base`` (Û^{K_mi} - Ŝ^{K_ll}) is
+    (1 - λ) Ŝ^{K_ll} + λ Û^{K_mi}, bounded above for discrete x by ln p(x|z) ≤ 0 and E Ŝ ≤ ln p(x)."""
+    check_mi_estimate(mi_estimate)
+    base_draws = likelihood_samples if mi_estimate == "shared-base" else mi_samples
     terms = likelihood_terms(base, likelihood_samples)  # Ŝ^{K_ll} ≈ ln p(x)
     terms.append(Term(lam, SELF_NORMALIZED, mi_samples))  # λ Û^{K_mi}
-    terms += likelihood_terms(base, mi_samples, weight=-lam)  # -λ Ŝ^{K_mi}
+    terms += likelihood_terms(base, base_draws, weight=-lam)  # -λ Ŝ^{K_mi} (own-draws) or -λ Ŝ^{K_ll}
     return tuple(terms)
 
 
 def renyi_objective(
-    lam: float, alpha: float, likelihood_samples: int, mi_samples: int, base: str = "iwae"
+    lam: float,
+    alpha: float,
+    likelihood_samples: int,
+    mi_samples: int,
+    base: str = "iwae",
+    mi_estimate: str = "own-draws",
 ) -> Objective:
     """Ô_R = Ŝ^{K_ll} + λ/(α-1) (Ŝ_α^{K_mi} - α Ŝ^{K_mi}) (Eq. 5.16; with K_ll = K_mi it is
-    Eq. 5.15: λ/(α-1) Ŝ_α^K - (λα/(α-1) - 1) Ŝ^K)."""
+    Eq. 5.15: λ/(α-1) Ŝ_α^K - (λα/(α-1) - 1) Ŝ^K). ``mi_estimate`` as for ``kl_objective``: at K_mi = 1
+    the own-draws bracket is (α - 1) ln q(z_1|x)/p(z_1), the same unbounded rate."""
+    check_mi_estimate(mi_estimate)
+    base_draws = likelihood_samples if mi_estimate == "shared-base" else mi_samples
     terms = likelihood_terms(base, likelihood_samples)  # Ŝ^{K_ll} ≈ ln p(x)
     terms += likelihood_terms(base, mi_samples, alpha, weight=lam / (alpha - 1.0))  # λ/(α-1) Ŝ_α^{K_mi}
-    terms += likelihood_terms(base, mi_samples, weight=-lam * alpha / (alpha - 1.0))  # -λα/(α-1) Ŝ^{K_mi}
+    terms += likelihood_terms(base, base_draws, weight=-lam * alpha / (alpha - 1.0))  # -λα/(α-1) Ŝ^{K_mi or K_ll}
     return tuple(terms)
+
+
+def check_mi_estimate(mi_estimate: str) -> None:
+    if mi_estimate not in MI_ESTIMATES:
+        raise ValueError(f"mi_estimate must be one of {', '.join(MI_ESTIMATES)}; got {mi_estimate!r}")
 
 
 def power_objective(alpha: float, samples: int, base: str = "iwae") -> Objective:

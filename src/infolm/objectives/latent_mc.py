@@ -24,15 +24,16 @@ from torch import Tensor, nn
 from infolm.errors import InfolmError
 from infolm.latent.base import LatentVariableModel
 from infolm.latent.estimators import (
-    Objective as TermList,
-)
-from infolm.latent.estimators import (
+    MI_ESTIMATES,
     beta_vae_objective,
     iwae_bound,
     kl_estimate,
     kl_objective,
     power_objective,
     renyi_objective,
+)
+from infolm.latent.estimators import (
+    Objective as TermList,
 )
 from infolm.latent.gradients import ESTIMATORS, PATHWISE, objective_surrogate
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
@@ -48,8 +49,9 @@ class MonteCarloConfig:
     normalize: str = "sentences"  # Eq. 5.5: a mean over sentences (read per token); tokens: per scored token
     mi_samples: int | None = None  # draws for the MI term (None: the same K draws; Figs. 5.4, 5.7: 16/1, 1/16).
     # Fewer MI draws than likelihood draws (16/1) with Gaussian latents makes mi-kl unbounded above for
-    # λ > ~0.012: as one posterior variance grows, one draw's ln q/p outgrows the 16-draw IWAE penalty
-    # (docs/notebook/thesis-ch5.md, Fig. 5.4 at CPU scale)
+    # λ > ~0.0105: as one posterior variance grows, one draw's ln q/p outgrows the 16-draw IWAE penalty
+    # (docs/notebook/thesis-ch5.md, Fig. 5.4 at CPU scale). mi_estimate: shared-base is the bounded reading.
+    mi_estimate: str = "own-draws"  # own-draws: Û^M - Ŝ^M (the thesis's 16/1, 1/16) | shared-base: Û^M - Ŝ^K
 
     def check(self, where: str) -> None:
         check_normalization(where.removeprefix("objective."), self.normalize)
@@ -59,6 +61,8 @@ class MonteCarloConfig:
             raise InfolmError(f"{where}.samples must be at least 1, got {self.samples}")
         if self.mi_samples is not None and self.mi_samples < 1:
             raise InfolmError(f"{where}.mi_samples must be at least 1, got {self.mi_samples}")
+        if self.mi_estimate not in MI_ESTIMATES:
+            raise InfolmError(f"{where}.mi_estimate must be one of {', '.join(MI_ESTIMATES)}; got {self.mi_estimate!r}")
         if self.estimator == "vimco" and max(self.samples, self.mi_samples or 0) < 2:
             raise InfolmError(
                 f"{where}.estimator=vimco needs at least 2 samples (its baseline leaves one out); use reinforce for 1"
@@ -110,8 +114,8 @@ class PowerObjectiveConfig(MonteCarloConfig):
 
     def __post_init__(self) -> None:
         self.check("objective.mi-power")
-        if self.mi_samples is not None and self.mi_samples != self.samples:
-            raise InfolmError("objective.mi-power has one term: set samples, not mi_samples")
+        if (self.mi_samples is not None and self.mi_samples != self.samples) or self.mi_estimate != "own-draws":
+            raise InfolmError("objective.mi-power has one term: set samples, not mi_samples or mi_estimate")
         if not math.isfinite(self.alpha) or self.alpha <= 0.0:
             raise InfolmError(f"objective.mi-power.alpha must be positive, got {self.alpha}")
 
@@ -124,8 +128,8 @@ class BetaVAEConfig(MonteCarloConfig):
 
     def __post_init__(self) -> None:
         self.check("objective.beta-vae")
-        if self.mi_samples is not None:
-            raise InfolmError("objective.beta-vae has no separate MI term: set samples, not mi_samples")
+        if self.mi_samples is not None or self.mi_estimate != "own-draws":
+            raise InfolmError("objective.beta-vae has no separate MI term: set samples, not mi_samples or mi_estimate")
         if self.estimator == "dreg" or self.estimator == "stl":
             raise InfolmError(f"objective.beta-vae uses an analytic KL: estimator {self.estimator} does not apply")
         if not math.isfinite(self.beta) or self.beta < 0.0:
@@ -249,7 +253,8 @@ class KLObjective(MonteCarloObjective):
     name = "mi-kl"
 
     def __init__(self, config: KLObjectiveConfig) -> None:
-        super().__init__(config, kl_objective(config.lam, config.samples, config.mi_draws, config.base))
+        terms = kl_objective(config.lam, config.samples, config.mi_draws, config.base, config.mi_estimate)
+        super().__init__(config, terms)
 
 
 @register_objective("mi-renyi", config=RenyiObjectiveConfig)
@@ -259,7 +264,9 @@ class RenyiObjective(MonteCarloObjective):
     name = "mi-renyi"
 
     def __init__(self, config: RenyiObjectiveConfig) -> None:
-        terms = renyi_objective(config.lam, config.alpha, config.samples, config.mi_draws, config.base)
+        terms = renyi_objective(
+            config.lam, config.alpha, config.samples, config.mi_draws, config.base, config.mi_estimate
+        )
         super().__init__(config, terms)
 
 
