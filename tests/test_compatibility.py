@@ -33,6 +33,7 @@ MODEL_SETTINGS = {
     "sentence-gru": {"emb": 8, "hidden": 12, "latent": 3},
     "latent-sentence-lstm": {"embedding": 8, "hidden": 8, "latent_size": 4, "latent_embedding": 8},
     "latent-synthetic": {"embedding": 8, "hidden": 8, "latent_size": 4},
+    "latent-synthetic-vq": {"embedding": 8, "hidden": 8, "vq_latents": 2, "vq_categories": 3, "vq_dim": 4},
     "bert": {"dim": 16, "layers": 1, "heads": 2, "ff_dim": 32, "max_len": 32, "num_labels": 2},
     "melis-seq2seq": {"cell": "lstm", "hidden": 12, "layers": 1, "emb": 8},
 }

@@ -2,7 +2,7 @@
 Monte Carlo estimators and their gradient surrogates, and evaluation. Importing this package
 registers its models in ``infolm.models.MODELS``."""
 
-from infolm.latent import sentence_gru, sentence_lstm, synthetic  # noqa: F401  (registration)
+from infolm.latent import sentence_gru, sentence_lstm, synthetic, synthetic_vq  # noqa: F401  (registration)
 from infolm.latent.base import LatentDraws, LatentVariableModel, analytic_kl, draw, fold_samples
 from infolm.latent.evaluation import LatentAccumulator, LatentBounds, LatentMetrics, evaluate_latent, latent_bounds
 from infolm.latent.gradients import ESTIMATORS, PATHWISE, SCORE_FUNCTION, SurrogateOutput, objective_surrogate

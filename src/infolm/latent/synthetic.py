@@ -62,7 +62,8 @@ class SyntheticLatentConfig(LatentFamilyConfig):
             raise InfolmError(f"model.decoder_layers must be at least 1, got {self.decoder_layers}")
 
 
-def _tanh_stack(sizes: list[int]) -> nn.Sequential:
+def tanh_stack(sizes: list[int]) -> nn.Sequential:
+    """Dense tanh layers sizes[0] -> sizes[1] -> ... -> sizes[-1] (Sec. 5.7.1's encoder and decoder)."""
     layers: list[nn.Module] = []
     for i, o in zip(sizes[:-1], sizes[1:]):
         layers += [nn.Linear(i, o), nn.Tanh()]
@@ -79,7 +80,7 @@ class SyntheticLatentModel(LatentVariableModel):
         self.config = config
         self.vocab_size = vocab_size
         self.embedding = nn.Embedding(vocab_size, config.embedding)
-        self.encoder = _tanh_stack([config.embedding] + [config.hidden] * config.encoder_layers)
+        self.encoder = tanh_stack([config.embedding] + [config.hidden] * config.encoder_layers)
         self.latent = build_latent(config, config.hidden)
         self.reparameterized = self.latent.reparameterized
         categorical = config.latent == "categorical"
@@ -90,7 +91,7 @@ class SyntheticLatentModel(LatentVariableModel):
         else:  # continuous latents feed the first dense layer directly
             self.latent_embedding = nn.Identity()
             first = self.latent.flat_size
-        self.decoder = _tanh_stack([first] + [config.hidden] * layers)
+        self.decoder = tanh_stack([first] + [config.hidden] * layers)
         self.softmax = nn.Linear(config.hidden, vocab_size)
 
     def posterior(self, tokens: Tensor, lengths: Tensor) -> Distribution:

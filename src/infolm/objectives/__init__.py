@@ -18,6 +18,7 @@ from infolm.objectives import (  # noqa: F401  (registration)
     noising,
     nsp,
     skipgram_nce,
+    vq_vae,
 )
 from infolm.objectives.base import OBJECTIVES, Batch, Composite, Objective, Terms, build_objective, register_objective
 

@@ -190,12 +190,18 @@ class MonteCarloObjective(Objective):
 
 
 def require_latent_model(objective: Objective, model: nn.Module, corpus: Any = None) -> None:
-    """One clear line when a latent-variable objective is given another kind of model; a model that
+    """One clear line when a latent-variable objective is given another kind of model (or a latent model of
+    a protocol it does not train: a vector-quantized one for the Monte Carlo objectives); a model that
     fits something to the training data before training (``fit_corpus``: the sentence GRU's length
     prior p(T)) does it here."""
+    name = getattr(objective, "name", type(objective).__name__)
     if not isinstance(model, LatentVariableModel):
-        name = getattr(objective, "name", type(objective).__name__)
         raise InfolmError(f"objective {name} needs a latent-variable model, got {type(model).__name__}")
+    if model.protocol not in objective.protocols:  # a VQ model's point-mass posterior has no gradient to give
+        raise InfolmError(
+            f"objective {name} trains {', '.join(sorted(objective.protocols))} models, "
+            f"got a {model.protocol} model ({type(model).__name__})"
+        )
     fit = getattr(model, "fit_corpus", None)
     if fit is not None and corpus is not None:
         fit(corpus)

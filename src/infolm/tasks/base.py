@@ -51,6 +51,7 @@ FEATURES = {
 PROTOCOLS = {
     "causal-lm": "a language model over token ids (models.base.LanguageModel)",
     "latent-variable": "a latent-variable sentence model (posterior, prior, log_likelihood)",
+    "vector-quantized": "a latent-variable model with a VQ-VAE latent (latent.vq.QuantizedLatentModel)",
     "encoder": "an encoder of per-token states and a sentence representation",
     "seq2seq": "an encoder-decoder reading rows of a source and the decoder's inputs (models.melis_seq2seq)",
 }

@@ -56,7 +56,7 @@ class SentenceLatent(SentenceLM):
     carries_state = False
     shared_forward = False
     provides = frozenset({"sentences"})
-    serves = frozenset({"latent-variable"})
+    serves = frozenset({"latent-variable", "vector-quantized"})  # both have the latent-model contract
     scores_tokens = False  # a latent model's likelihood of a token is a bound over z, not a next-token probability
     config: SentenceLatentConfig
 
