@@ -79,7 +79,7 @@ def test_loss_is_the_negated_objective_of_the_batch() -> None:
      "configs/sweeps/thesis-ptb-latent.yaml"],
 )  # fmt: skip
 def test_thesis_sweeps_accept_both_ends_of_table_5_2(path) -> None:
-    """Every Table 5.2 range end builds a valid model and objective (λ up to 0.9999 is below 1)."""
+    """Every Table 5.2 range end (and grid end) builds a valid model and objective (λ up to 0.9999 is below 1)."""
     from infolm.config import load_config
     from infolm.sweep import _override, load_sweep
     from tests.conftest import ROOT
@@ -87,6 +87,8 @@ def test_thesis_sweeps_accept_both_ends_of_table_5_2(path) -> None:
     sweep, space = load_sweep(ROOT / path)
     for end in ("low", "high"):
         overrides = [*sweep.overrides, *(_override(k, getattr(spec, end)) for k, spec in space.items())]
+        pick = min if end == "low" else max  # a grid's ends (lambda per point)
+        overrides += [_override(k, pick(values)) for k, values in (sweep.grid or {}).items()]
         config = load_config(ROOT / sweep.base, overrides)
         settings = {k: v for k, v in config.model.items() if k != "name"}
         MODELS.make_config(config.model["name"], settings, where="model")

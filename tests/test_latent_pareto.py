@@ -26,9 +26,14 @@ def write_run(path, objective: dict, records: list[dict]) -> None:
 def test_pareto_writes_csv_and_png(tmp_path) -> None:
     kl = {"mi-kl": {"estimator": "dreg", "samples": 16}}
     renyi = {"mi-renyi": {"estimator": "dreg", "samples": 16, "mi_samples": 1}}
-    write_run(tmp_path / "a", kl, [{"step": 1, "loss": 3.0}, {"step": 9, "loss": 9.3, "mi": 1.0}])
-    write_run(tmp_path / "b", kl, [{"step": 9, "loss": 9.4, "mi": 0.5}])  # dominated by a
-    write_run(tmp_path / "sweep" / "trial-0000", renyi, [{"step": 9, "loss": 9.25, "mi": 0.2}])
+    valid = {"split": "valid"}
+    write_run(
+        tmp_path / "a", kl, [{"step": 1, "loss": 3.0}, {"step": 9, "loss": 9.3, "mi": 1.0, "best_loss": 9.3, **valid}]
+    )
+    write_run(tmp_path / "b", kl, [{"step": 9, "loss": 9.4, "mi": 0.5, "best_loss": 9.4, **valid}])  # dominated by a
+    write_run(
+        tmp_path / "sweep" / "trial-0000", renyi, [{"step": 9, "loss": 9.25, "mi": 0.2, "best_loss": 9.25, **valid}]
+    )
     out = tmp_path / "out"
     result = run_cli("pareto", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "sweep"), "--out", str(out),
                      "--optimum", "9.2103", "--json")  # fmt: skip

@@ -489,8 +489,10 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
     from infolm.latent.pareto import collect, write
 
-    points = collect(args.run_dirs, args.nll_key, args.mi_key, [k for k in args.label.split(",") if k])
-    write(points, Path(args.out), args.nll_key, args.mi_key, args.optimum)
+    labels = [k for k in args.label.split(",") if k]
+    points = collect(args.run_dirs, args.nll_key, args.mi_key, labels, at=args.at, split=args.split)
+    prefix = "train_" if args.split == "train" else ""
+    write(points, Path(args.out), prefix + args.nll_key, prefix + args.mi_key, args.optimum)
     kept = sum(p.on_frontier for p in points)
     _print({"runs": len(points), "on_frontier": kept, "csv": f"{args.out}/pareto.csv"}, args.json)
     return 0
@@ -632,6 +634,18 @@ def make_parser() -> Parser:
         help="MI field of the evaluation records (sentence-latent: mi per sentence, mi_per_token per token)",
     )
     p.add_argument("--label", default="", help="comma-separated config keys that name a curve (default: objective)")
+    p.add_argument(
+        "--at",
+        choices=("best", "last"),
+        default="best",
+        help="a run's point: its selected checkpoint's validation record (best) or its last evaluation (last)",
+    )
+    p.add_argument(
+        "--split",
+        choices=("valid", "train"),
+        default="valid",
+        help="valid, or train: the record's train_* estimates (sentence-latent: task.train_eval_sentences > 0)",
+    )
     p.add_argument("--optimum", type=float, default=None, help="draw the optimal NLL (synthetic task: 9.2103)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_pareto)

@@ -1,10 +1,14 @@
 """NLL-vs-MI Pareto frontiers of latent-variable runs (Melis thesis Sec. 5.7: "only the
 measurements on the Pareto frontier are shown").
 
-A run is one point: its last evaluation record's NLL and MI estimate (``metrics.jsonl``). Runs are
-grouped into curves by a label (by default the objective terms with their estimator and sample
-counts, from the run's ``config.yaml``). Within a group a point is on the frontier when no other
-point has at least its MI with a lower NLL. ``infolm pareto RUN_DIRS... --out DIR`` writes
+A run is one point: the NLL and MI estimate of its selected checkpoint's validation record in
+``metrics.jsonl`` (the evaluation at the step the trainer saved ``checkpoints/best``, by the task's
+selection metric), or of its last evaluation (``at="last"``, ``--at last``). ``split="train"``
+(``--split train``) reads the same record's training-split estimates, ``train_<nll_key>`` and
+``train_<mi_key>``, which ``sentence-latent`` logs with ``task.train_eval_sentences`` > 0: the thesis's
+training frontiers (Figs. 5.8-5.9). Runs are grouped into curves by a label (by default the objective
+terms with their estimator and sample counts, from the run's ``config.yaml``). Within a group a point is
+on the frontier when no other point has at least its MI with a lower NLL. ``infolm pareto RUN_DIRS... --out DIR`` writes
 ``DIR/pareto.csv`` (every run, flagged) and ``DIR/pareto.png`` (the frontiers only).
 """
 
@@ -42,7 +46,8 @@ def frontier(points: Sequence[tuple[float, float]]) -> list[bool]:
 
 
 def run_dirs(paths: Sequence[str]) -> list[Path]:
-    """Run directories: each path itself, or the ``trial-*`` runs of a sweep directory."""
+    """Run directories: each path itself, or the ``trial-*`` runs of a sweep directory (a grid sweep's
+    ``trial-pII-NNNN`` too)."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -79,24 +84,59 @@ def _lookup(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def collect(paths: Sequence[str], nll_key: str, mi_key: str, label_keys: Sequence[str] = ()) -> list[Point]:
+AT = ("best", "last")
+SPLITS = ("valid", "train")
+
+
+def run_record(run: Path, nll_key: str, mi_key: str, at: str = "best") -> dict[str, Any]:
+    """The evaluation record a run stands for: its selected checkpoint's (``best``) or its last one with
+    both keys (``last``)."""
+    from infolm.training.metrics import read_metrics, selected_record
+
+    records = read_metrics(run / "metrics.jsonl")
+    if at == "best":
+        record = selected_record(records)
+        if record is None:
+            raise InfolmError(f"{run}: no validation record set a best in metrics.jsonl (--at last reads the last one)")
+        if nll_key not in record or mi_key not in record:
+            hint = " (set task.train_eval_sentences to log them)" if nll_key.startswith("train_") else ""
+            raise InfolmError(f"{run}: the selected validation record has no {nll_key!r} and {mi_key!r}{hint}")
+        return record
+    with_keys = [r for r in records if nll_key in r and mi_key in r]
+    if not with_keys:
+        raise InfolmError(f"{run}: no evaluation record with {nll_key!r} and {mi_key!r} in metrics.jsonl")
+    return with_keys[-1]
+
+
+def collect(
+    paths: Sequence[str],
+    nll_key: str,
+    mi_key: str,
+    label_keys: Sequence[str] = (),
+    at: str = "best",
+    split: str = "valid",
+) -> list[Point]:
+    """Every run's point, grouped and flagged; ``at``: best | last; ``split``: valid | train."""
     import yaml
 
-    from infolm.training.metrics import read_metrics
-
+    if at not in AT:
+        raise InfolmError(f"--at must be one of {', '.join(AT)}; got {at!r}")
+    if split not in SPLITS:
+        raise InfolmError(f"--split must be one of {', '.join(SPLITS)}; got {split!r}")
+    if split == "train":
+        nll_key, mi_key = f"train_{nll_key}", f"train_{mi_key}"
     points = []
     for run in run_dirs(paths):
-        records = [r for r in read_metrics(run / "metrics.jsonl") if nll_key in r and mi_key in r]
-        if not records:
-            raise InfolmError(f"{run}: no evaluation record with {nll_key!r} and {mi_key!r} in metrics.jsonl")
+        record = run_record(run, nll_key, mi_key, at)
+        if record[nll_key] is None or record[mi_key] is None:
+            raise InfolmError(f"{run}: the {at} evaluation record's {nll_key!r} or {mi_key!r} is not finite")
         config_path = run / "config.yaml"
         config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
         if label_keys:
             group = ", ".join(f"{k}={_lookup(config, k)}" for k in label_keys)
         else:
             group = default_label(config)
-        last = records[-1]
-        points.append(Point(str(run), group, float(last[mi_key]), float(last[nll_key])))
+        points.append(Point(str(run), group, float(record[mi_key]), float(record[nll_key])))
     for group in {p.group for p in points}:
         members = [p for p in points if p.group == group]
         for point, flag in zip(members, frontier([(p.mi, p.nll) for p in members])):

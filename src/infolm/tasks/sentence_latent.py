@@ -39,12 +39,18 @@ class SentenceLatentConfig(SentenceLMConfig):
     # nll: the IWAE-K bound per token | amim: the A-MIM loss (Alg. 1 line 3) | elbo: -ELBO (β = 1) |
     # reconstruction: -ln p(x | E[q(z|x)]) (AE); all per scored token
     selection: str = "nll"
+    # > 0: each validation also scores the first N training sentences (corpus order) with the same IWAE-K,
+    # logged as train_loss, train_mi, train_mi_per_token, train_kl: the training frontier of Melis thesis
+    # Figs. 5.8-5.9 at every checkpoint (the thesis scores the whole training set; N caps the cost). 0: off
+    train_eval_sentences: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for key in ("valid_samples", "test_samples", "chunk"):
             if getattr(self, key) < 1:
                 raise InfolmError(f"task.{key} must be at least 1, got {getattr(self, key)}")
+        if self.train_eval_sentences < 0:
+            raise InfolmError(f"task.train_eval_sentences must be >= 0 (0: off), got {self.train_eval_sentences}")
         if self.selection not in SELECTIONS:
             raise InfolmError(f"task.selection must be one of {', '.join(SELECTIONS)}; got {self.selection!r}")
 
@@ -69,14 +75,14 @@ class SentenceLatent(SentenceLM):
             return self._evaluate(model, split, device)
 
     @torch.no_grad()
-    def _evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:
+    def _score(self, model: Any, sentences: Any, index: np.ndarray, samples: int, device: Any) -> tuple[Any, float]:
+        """The IWAE-``samples`` bounds of the sentences ``index`` of a split (``LatentMetrics``) and, with
+        ``selection: reconstruction``, their summed reconstruction NLL at the posterior mean."""
         from infolm.latent.evaluation import LatentAccumulator, latent_bounds
 
         assert self.corpus is not None
-        sentences = self.sentences(split)
         eos_id = self.corpus.vocab.eos_id
-        samples = self.config.test_samples if split == "test" else self.config.valid_samples
-        order = np.argsort(-sentences.lengths, kind="stable")  # longest first: little padding, fixed order
+        order = index[np.argsort(-sentences.lengths[index], kind="stable")]  # longest first: little padding
         accumulator = LatentAccumulator(samples)
         reconstruction = 0.0
         was_training = model.training
@@ -93,7 +99,12 @@ class SentenceLatent(SentenceLM):
                     reconstruction -= float(model.log_likelihood(tokens, batch.lengths, mean).sum())
         finally:
             model.train(was_training)
-        metrics = accumulator.metrics()
+        return accumulator.metrics(), reconstruction
+
+    def _evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:
+        sentences = self.sentences(split)
+        samples = self.config.test_samples if split == "test" else self.config.valid_samples
+        metrics, reconstruction = self._score(model, sentences, np.arange(len(sentences)), samples, device)
         values = {
             "nll": metrics.nll_per_token,
             "ppl": metrics.ppl,
@@ -131,11 +142,24 @@ class SentenceLatent(SentenceLM):
             values["reconstruction_ppl"] = perplexity(values["reconstruction_nll"])
             log_names["reconstruction_nll"] = "reconstruction_nll"
             selection = "reconstruction_nll"
+        if split == "valid" and self.config.train_eval_sentences:
+            train = self.sentences("train")
+            first = np.arange(min(self.config.train_eval_sentences, len(train)))
+            torch.manual_seed(self.seed)  # the draws of an evaluation of those sentences alone
+            fit, _ = self._score(model, train, first, samples, device)
+            values["train_nll"] = fit.nll_per_token
+            values["train_kl"] = fit.rate
+            values["train_mi"] = fit.mutual_information
+            values["train_mi_per_token"] = fit.mutual_information * fit.examples / max(fit.tokens, 1)
+            values["train_sentences"] = float(fit.examples)
+            log_names.update({k: k for k in ("train_kl", "train_mi", "train_mi_per_token")}, train_nll="train_loss")
         notes = [
             f"nll: the IWAE-{samples} bound on -ln p(x) per scored token, with the model's prior",
             "tokens: the words and each sentence's <eos> (the words alone under a length prior)",
             "mi: per sentence; mi_per_token: the same estimate per scored token, nll's unit",
         ]
+        if "train_nll" in values:
+            notes.append(f"train_*: the same estimates on the first {values['train_sentences']:.0f} training sentences")
         if not math.isfinite(values["nll"]):
             notes.append("the bound is not finite: the model diverged")
         return Metrics(values, selection=selection, log_names=log_names, notes=notes)

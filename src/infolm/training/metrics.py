@@ -74,3 +74,23 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def selected_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The validation record of the checkpoint the run selected (``checkpoints/best``): the last one that
+    set a new best of the task's selection metric. The trainer writes ``best_<metric>`` on every
+    validation record; it changes exactly when an evaluation improves on the best so far (the step it
+    saves ``best/``). None when no record did (no finite validation value, or a log without the field)."""
+    selected: dict[str, Any] | None = None
+    previous: Any = None
+    for record in records:
+        if record.get("split") != "valid":
+            continue
+        names = [key for key in record if key.startswith("best_") and key[len("best_") :] in record]
+        if not names:
+            continue
+        best = record[names[0]]
+        if best is not None and best != previous and best == record[names[0][len("best_") :]]:
+            selected = record
+        previous = best
+    return selected
