@@ -9,8 +9,11 @@ The arms and seeds are the protocol's (``--arms`` and ``--seeds`` score others, 
 ``smim_ptb_cpu.sh``). A latent run (task ``sentence-latent``:
 sMIM, sVAE, AE) is scored on the first ``--sentences`` PTB test sentences (0: all of them; the page reads
 the IWAE-500 reports of the whole split) with ``infolm.evaluation.latent_report`` (IWAE-K bound with the
-N(0, I) prior, KL, MI, active units, BLEU-1 of greedy reconstructions, Kraskov entropy of the codes, MELBO,
-and the bound under each widened proposal of ``--proposal-floors``); a sentence LM (task ``sentence-lm``)
+N(0, I) prior, KL, MI, active units, BLEU-1 of reconstructions with every word sampled from p(x|z), the
+paper's, under ``reconstruction_sampled``, and of greedy ones under ``reconstruction``, which older reports
+and records hold alone; Kraskov entropy of the codes, MELBO, the bound under each widened proposal of
+``--proposal-floors``, and with ``--aggregate-prior`` the IWAE-K bound under sMIM's own prior, the aggregated
+posterior of the training split, under ``aggregate_prior``); a sentence LM (task ``sentence-lm``)
 exactly, by its task's evaluation. Each run's report is saved as ``<run>/report-test-iwae<K>-<N>.json``
 (``<run>/report-test-<N>.json`` for an LM; N is ``all`` for the whole split) and reused only for the same K
 and N; one line per run says what was scored.
@@ -76,14 +79,24 @@ def report_path(run: Path, sentences: int, samples: int | None = None) -> Path:
     return run / (f"report-test-{scope}.json" if samples is None else f"report-test-iwae{samples}-{scope}.json")
 
 
-def latent_run_report(run: Path, samples: int, sentences: int, floors: list[float] | None = None) -> dict[str, Any]:
+def latent_run_report(
+    run: Path,
+    samples: int,
+    sentences: int,
+    floors: list[float] | None = None,
+    aggregate: bool = False,
+    aggregate_components: int | None = None,
+) -> dict[str, Any]:
     """The run's test report for these settings (cached), with the IWAE bound under each widened proposal
-    of ``floors`` (log-variance floors; the model itself is unchanged) under ``widened``."""
+    of ``floors`` (log-variance floors; the model itself is unchanged) under ``widened``, the BLEU-1 of
+    sampled reconstructions added to an older report that has the greedy one only, and with ``aggregate``
+    the bound under the aggregated posterior of the training split (of at most ``aggregate_components``
+    training sentences) under ``aggregate_prior``."""
     from infolm.build import load_run
     from infolm.objectives.base import deterministic_latent
 
     if is_record(run):
-        return recorded(run, report_path(run, sentences, samples), floors)
+        return recorded(run, report_path(run, sentences, samples), floors, aggregate)
     config, corpus, model = load_run(run, "cpu", full_splits=True)
     deterministic = deterministic_latent(config.objective)
     saved = report_path(run, sentences, samples)
@@ -96,12 +109,27 @@ def latent_run_report(run: Path, samples: int, sentences: int, floors: list[floa
     if report is None:
         report = new_report(model, corpus, samples, sentences, deterministic)
         write_json_atomic(saved, report)
+    scored = list(corpus.sentences("test"))[: sentences or None]
+    if "reconstruction_sampled" not in report:  # a report of greedy BLEU-1 alone: the paper's sampled one added
+        from infolm.evaluation.latent_report import reconstruction_section
+
+        bare = [s[:-1].tolist() if int(s[-1]) == corpus.vocab.eos_id else s.tolist() for s in scored]
+        mode = report["reconstruction"]["mode"]
+        report["reconstruction_sampled"] = reconstruction_section(model, bare, corpus.vocab.itos, mode, "sampled")
+        write_json_atomic(saved, report)
+    if aggregate and "aggregate_prior" not in report and not deterministic:
+        from infolm.evaluation.latent_report import aggregate_prior_section
+
+        chunk = max(1, min(samples, 10))
+        report["aggregate_prior"] = aggregate_prior_section(
+            model, corpus, scored, "test", samples, chunk, 20, aggregate_components
+        )
+        write_json_atomic(saved, report)
     widened = report.setdefault("widened", {})
     missing = [floor for floor in floors or [] if f"{floor:g}" not in widened]
     if missing and not deterministic:
         from infolm.evaluation.latent_report import proposal_floor_binds, widened_floor, widened_proposal_bound
 
-        scored = list(corpus.sentences("test"))[: sentences or None]
         for floor in missing:
             if not proposal_floor_binds(model, scored, floor, corpus.vocab.eos_id, batch_size=20):
                 # every posterior's log-variance is above the floor: the widened proposal is q itself, so the
@@ -140,17 +168,21 @@ def new_report(model: Any, corpus: Any, samples: int, sentences: int, determinis
         mode="mean" if deterministic else "sample",
         melbo=True,
         deterministic=deterministic,
+        decodings=("sampled", "greedy"),  # the paper's sampled words, and the greedy ones older records hold
     )
 
 
-def recorded(run: Path, saved: Path, floors: list[float] | None = None) -> dict[str, Any]:
-    """A record's report for these settings, as it is (a record has no checkpoint to score again)."""
+def recorded(run: Path, saved: Path, floors: list[float] | None = None, aggregate: bool = False) -> dict[str, Any]:
+    """A record's report for these settings, as it is (a record has no checkpoint to score again; one
+    scored before sampled reconstructions were scored holds the greedy BLEU-1 alone)."""
     if not saved.is_file():
         raise SystemExit(f"{run} is a record without {saved.name}: it has no checkpoint to score")
     report = dict(json.loads(saved.read_text()))
     missing = [floor for floor in floors or [] if f"{floor:g}" not in report.get("widened", {})]
     if missing and not report["bounds"].get("deterministic"):
         raise SystemExit(f"{run} is a record without the bounds of proposal floors {missing}")
+    if aggregate and "aggregate_prior" not in report and not report["bounds"].get("deterministic"):
+        raise SystemExit(f"{run} is a record without the aggregated-prior bound")
     return report
 
 
@@ -210,9 +242,22 @@ def main() -> None:
         default=[],
         help="also bound each latent model with its proposal's log-variance floor raised to these (e.g. -6 -4 -2)",
     )
+    parser.add_argument(
+        "--aggregate-prior",
+        action="store_true",
+        help="also bound each latent model under the aggregated posterior of the training split (Eq. 9)",
+    )
+    parser.add_argument(
+        "--aggregate-components",
+        type=int,
+        default=0,
+        help="components of that mixture: a seeded subsample of the training sentences (0: all of them)",
+    )
     parser.add_argument("--records", default=str(RECORDS), help="a folder of archived runs read beside --runs")
     parser.add_argument("--archive", action="store_true", help="keep each run in --records as soon as it is scored")
     args = parser.parse_args()
+    if args.aggregate_components < 0:
+        raise SystemExit(f"--aggregate-components must be 0 (all) or positive, got {args.aggregate_components}")
     if args.samples < 1 or args.sentences < 0:
         raise SystemExit(f"--samples must be at least 1 and --sentences 0 or more: {args.samples}, {args.sentences}")
     if args.train_args:
@@ -246,7 +291,14 @@ def main() -> None:
                 lm_run_report(run, args.sentences)
                 saved = report_path(run, args.sentences)
             else:
-                latent_run_report(run, args.samples, args.sentences, args.proposal_floors)
+                latent_run_report(
+                    run,
+                    args.samples,
+                    args.sentences,
+                    args.proposal_floors,
+                    args.aggregate_prior,
+                    args.aggregate_components or None,
+                )
                 saved = report_path(run, args.sentences, args.samples)
             keep(run)
             ready += 1

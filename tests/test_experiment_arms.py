@@ -631,7 +631,7 @@ def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, mo
         (run / "train-summary.json").write_text("{}")
     seen: list[list[str]] = []  # the records present when each run was scored
 
-    def fake_report(run: Path, samples: int, sentences: int, floors: object) -> dict[str, object]:
+    def fake_report(run: Path, samples: int, sentences: int, *settings: object) -> dict[str, object]:
         seen.append(sorted(path.name for path in records.iterdir()) if records.is_dir() else [])
         bounds = {"nll": 1.0, "ppl": 2.0, "rate": 0.5, "mutual_information": 0.4, "active_units": 3}
         report = {"bounds": bounds, "reconstruction": {"bleu1": 0.3, "bleu1_authors": 0.3},

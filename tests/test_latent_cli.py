@@ -89,9 +89,30 @@ def test_evaluate_reports_bounds_bleu_entropy_and_melbo_apart(
     assert bounds["examples"] == 5 and bounds["tokens"] == 28 and bounds["samples"] == 4  # 23 words + 5 <eos>
     assert bounds["nll_words_per_word"] == pytest.approx(bounds["nll_words"] * 5 / 23)  # words alone, per word
     assert "nll_per_word" not in bounds  # no NLL with <eos> scored is divided by the words alone
-    assert 0.0 <= report["reconstruction"]["bleu1"] <= 1.0
+    # BLEU-1 of reconstructions with every word sampled from p(x|z), the paper's protocol, by default
+    assert 0.0 <= report["reconstruction_sampled"]["bleu1"] <= 1.0 and "reconstruction" not in report
+    assert report["reconstruction_sampled"]["decoding"] == "sampled"
     assert report["latent_entropy"]["dim"] == 4
     assert "caveat" in report["melbo"] and report["melbo"]["log_n"] == pytest.approx(1.6094379)
+
+
+def test_evaluate_scores_greedy_bleu_and_the_aggregate_prior_bound_on_request(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    smim = str(runs["smim"])
+    args = ["latent", "evaluate", smim, "--samples", "3", "--bleu-decoding", "sampled", "greedy", "--json"]
+    code, out, _ = run(capsys, *args, "--aggregate-prior", "--aggregate-components", "3")
+    report = json.loads(out)
+    assert code == 0 and report["reconstruction"]["decoding"] == "greedy"
+    assert report["reconstruction_sampled"]["decoding"] == "sampled"
+    aggregate = report["aggregate_prior"]
+    assert aggregate["components"] == 3 and aggregate["train_sentences"] == 5 and "held-out" in aggregate["note"]
+    assert aggregate["nll_aggregate_prior_per_token"] == pytest.approx(aggregate["nll_aggregate_prior"] * 5 / 28)
+    assert aggregate["nll_words_aggregate_prior_per_word"] == pytest.approx(
+        aggregate["nll_words_aggregate_prior"] * 5 / 23
+    )
+    code, _, err = run(capsys, "latent", "evaluate", smim, "--aggregate-components", "-1")
+    assert code != 0 and "--aggregate-components" in err and "Traceback" not in err
 
 
 def test_auto_encoder_evaluation_reports_reconstruction_not_bounds(
@@ -106,7 +127,7 @@ def test_auto_encoder_evaluation_reports_reconstruction_not_bounds(
     report = json.loads(out)
     bounds = report["bounds"]
     assert bounds["deterministic"] and not {"nll", "rate", "mutual_information", "elbo"} & set(bounds)
-    assert "melbo" not in report and report["reconstruction"]["mode"] == "mean"
+    assert "melbo" not in report and report["reconstruction_sampled"]["mode"] == "mean"
     _, corpus, model = load_run(runs["ae"], "cpu")
     model.eval()
     total = 0.0
@@ -296,6 +317,7 @@ def test_a_model_of_single_symbols_is_evaluated_without_the_sentence_steps(
     assert bounds["examples"] == 5 and bounds["tokens"] == 5  # the first symbol of each line
     assert "nll_per_word" not in bounds and bounds.get("nll_words") is None  # no <eos>: its tokens are its words
     assert "reconstruction" not in report and "latent_entropy" not in report
+    assert "reconstruction_sampled" not in report
     for args in (["reconstruct", synthetic, "the cat"], ["sample", synthetic], ["interpolate", synthetic, "a", "b"]):
         code, out, err = run(capsys, "latent", *args)
         assert code == 2 and out == "" and "decodes no sentences" in err and len(err.strip().splitlines()) == 1

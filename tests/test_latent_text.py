@@ -144,3 +144,67 @@ def test_a_widened_proposal_bounds_the_same_model_and_leaves_it_as_it_was() -> N
     assert proposal_floor_binds(model, sentences, 1.0, EOS, batch_size=2)
     with pytest.raises(InfolmError, match="no log-variance floor"):
         widened_proposal_bound(torch.nn.Linear(2, 2), sentences, 0.0, EOS)
+
+
+def test_the_aggregate_prior_bound_with_one_standard_normal_component_is_the_usual_bound() -> None:
+    """A mixture of one N(0, I) component is the N(0, I) prior: the same draws give the usual IWAE bound;
+    the aggregated posterior of sentences holds their posterior means and log-variances."""
+    from infolm.data.batching import sentence_batches
+    from infolm.evaluation.aggregate_prior import aggregate_posterior, aggregate_prior_bound
+    from infolm.latent.aggregate_prior import AggregatePosterior
+    from infolm.latent.evaluation import evaluate_latent
+
+    model = tiny()
+    sentences = [torch.tensor([*s, EOS]) for s in SENTENCES]
+    torch.manual_seed(3)
+    usual = evaluate_latent(model, sentence_batches(sentences, 2, pad_id=EOS), samples=40, chunk=10)
+    normal = AggregatePosterior(torch.zeros(1, 3), torch.zeros(1, 3))
+    result = aggregate_prior_bound(model, sentences, normal, EOS, samples=40, chunk=10, batch_size=2, seed=3)
+    assert result["nll_aggregate_prior"] == pytest.approx(usual.nll, rel=1e-5)
+    assert result["nll_words_aggregate_prior"] == pytest.approx(usual.nll_words, rel=1e-5)
+    assert result["nll_aggregate_prior_per_token"] == pytest.approx(usual.nll_per_token, rel=1e-5)
+    prior = aggregate_posterior(model, sentences, EOS, batch_size=2)
+    with torch.no_grad():
+        q = model.posterior(*next(iter(sentence_batches(sentences, 3, pad_id=EOS))))
+    torch.testing.assert_close(prior.means, q.mean)
+    torch.testing.assert_close(prior.log_vars, q.variance.log())
+    assert aggregate_posterior(model, sentences, EOS, components=2, seed=1).components == 2
+    with pytest.raises(InfolmError, match="at least one component"):
+        aggregate_posterior(model, sentences, EOS, components=0)
+
+
+def test_sampled_reconstructions_follow_the_seed_and_differ_from_greedy_ones() -> None:
+    """The paper's BLEU protocol samples every word from p(x|z): with <eos> the likeliest token but below
+    one half, greedy decoding writes nothing while sampling writes words; the same seeds, the same score."""
+    model = tiny()
+    with torch.no_grad():
+        model.output.weight.zero_()
+        model.output.bias.zero_()
+        model.output.bias[EOS] = 2.0  # p(<eos>) = e^2 / (e^2 + 11), about 0.4
+    itos = [f"w{i}" for i in range(12)]
+
+    def sampled(seed: int) -> tuple[list[list[int]], float]:
+        words = reconstruct(model, SENTENCES * 4, "mean", generator=torch.Generator().manual_seed(seed), greedy=False)
+        score, _ = reconstruction_bleu_scores(
+            model, SENTENCES * 4, itos, "mean", generator=torch.Generator().manual_seed(seed)
+        )
+        return words, score.bleu
+
+    first, bleu = sampled(7)
+    assert sampled(7) == (first, bleu) and sampled(8)[0] != first
+    greedy = reconstruct(model, SENTENCES * 4, "mean")
+    assert greedy == [[]] * 12 and any(first)
+    greedy_bleu = reconstruction_bleu(model, SENTENCES * 4, itos, "mean", decoding="greedy")
+    assert greedy_bleu.bleu == 0.0 and bleu > 0.0
+    with pytest.raises(InfolmError, match="sampled, greedy"):
+        reconstruction_bleu(model, SENTENCES, itos, "mean", decoding="beam")
+
+
+def test_under_a_length_prior_a_reconstruction_has_the_observed_length() -> None:
+    torch.manual_seed(0)
+    config = SentenceGRUConfig(emb=8, hidden=10, latent=3, dropout_embedding=0.0, length_prior=True, max_length=12)
+    model = SentenceGRU(config, 12, eos_id=EOS).eval()
+    model.fit_length_prior(torch.tensor([2, 2, 2]))  # the mode of p(T): two words
+    for greedy in (True, False):
+        out = reconstruct(model, SENTENCES, "mean", greedy=greedy, generator=torch.Generator().manual_seed(0))
+        assert [len(s) for s in out] == [len(s) for s in SENTENCES]

@@ -242,3 +242,77 @@ def test_the_model_built_for_a_run_ends_sentences_with_the_vocabularys_eos() -> 
     assert build_model(config, 12).eos_id == 0  # type: ignore[attr-defined]
     lstm = load_config(None, ['model={"name": "lstm", "emb": 4, "hidden": 4, "layers": 1}'])
     assert build_model(lstm, 12, eos_id=5) is not None  # a model without the argument is built as before
+
+
+def test_length_prior_sums_to_one_over_all_lengths_beyond_max_length() -> None:
+    """Eq. 2 with p(T) extended past ``max_length`` by its geometric tail: summed over every sentence of
+    1..max_length + 2 words, p(x|z) is one less the tail's mass beyond (an over-length sentence scores a
+    finite, normalised probability, not the last bin's mass again for every extra word)."""
+    model = tiny(vocab=3, length_prior=True, max_length=3)  # words 1 and 2, <eos> = 0; length_tail ρ = 0.5
+    model.fit_length_prior(torch.tensor([1, 2, 2, 3, 5]))  # the last bin counts 3 words or more
+    prior = model.log_length_prior.exp()
+    z = torch.randn(1, 1, 3)
+    total = 0.0
+    for length in range(1, 6):
+        sentences = torch.tensor([[*words, EOS] for words in itertools.product([1, 2], repeat=length)])
+        lengths = torch.full((len(sentences),), length + 1)
+        with torch.no_grad():
+            scores = model.log_likelihood(sentences, lengths, z.expand(1, len(sentences), 3))
+        assert bool(torch.isfinite(scores).all())
+        total += float(scores.exp().sum())
+    # lengths 1, 2 from their bins; 3, 4, 5 from the last bin times (1 - ρ) ρ^(T - 3): all but ρ^3 of it
+    assert math.isclose(total, float(prior[1:3].sum() + prior[3] * (1 - 0.5**3)), rel_tol=1e-5)
+    with pytest.raises(InfolmError, match="length_tail"):
+        SentenceGRUConfig(length_tail=1.0)
+
+
+def embedded_ids(model: SentenceGRU, tokens: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
+    """The token ids the model's embedding reads in q(z|x) and then in ln p(x|z) of one draw."""
+    seen: list[torch.Tensor] = []
+    hook = model.embedding.register_forward_hook(lambda module, args, out: seen.append(args[0].clone()))
+    try:
+        model.posterior(tokens, lengths)
+        model.log_likelihood(tokens, lengths, torch.zeros(1, len(tokens), model.latent_dim))
+    finally:
+        hook.remove()
+    return seen
+
+
+UNK = 11
+
+
+def test_word_dropout_replaces_input_words_by_unk_in_training_only() -> None:
+    """App. D.4 / Bowman et al.: at rate p about a fraction p of the encoder's and the decoder's input words
+    become <unk> in training, none in evaluation; <eos>, padding and the scored targets are untouched; at
+    rate 0 the outputs are those of a model without the setting."""
+    torch.manual_seed(1)
+    sentences = [[int(w) for w in torch.randint(1, UNK, (int(n),))] + [EOS] for n in torch.randint(3, 30, (200,))]
+    width = max(map(len, sentences))
+    tokens = torch.tensor([s + [EOS] * (width - len(s)) for s in sentences])
+    lengths = torch.tensor([len(s) for s in sentences])
+    words = torch.arange(width) < (lengths - 1).unsqueeze(1)  # (B, T): the words, not <eos> or padding
+    for rate in (0.2, 0.5):
+        settings = {"word_dropout_encoder": rate, "word_dropout_decoder": rate, "reverse_encoder": False}
+        config = SentenceGRUConfig(emb=8, hidden=10, latent=3, dropout_embedding=0.0, **settings)  # type: ignore[arg-type]
+        model = SentenceGRU(config, UNK + 1, eos_id=EOS, unk_id=UNK)
+        model.train()
+        encoder, decoder = embedded_ids(model, tokens, lengths)  # (B, T) read by the encoder, (B, T - 1) by the decoder
+        assert math.isclose(float((encoder[words] == UNK).float().mean()), rate, abs_tol=0.02)
+        assert bool((encoder[~words] == tokens[~words]).all())  # <eos> and padding kept
+        # the decoder's inputs after <sos> are tokens[:, :-1]: w1..wn (wn's successor is <eos>), then padding
+        read = words[:, :-1]
+        assert math.isclose(float((decoder[read] == UNK).float().mean()), rate, abs_tol=0.02)
+        assert bool((decoder[~read] == EOS).all())
+        model.eval()
+        encoder, decoder = embedded_ids(model, tokens, lengths)
+        assert bool((encoder == tokens).all()) and bool((decoder == tokens[:, :-1]).all())
+    plain = tiny()
+    zero = tiny(word_dropout_encoder=0.0, word_dropout_decoder=0.0).train()
+    z = torch.randn(2, 3, 3)
+    batch_tokens, batch_lengths = batch()
+    torch.testing.assert_close(
+        zero.log_likelihood(batch_tokens, batch_lengths, z),
+        plain.train().log_likelihood(batch_tokens, batch_lengths, z),
+    )
+    with pytest.raises(InfolmError, match="<unk>"):
+        tiny(word_dropout_encoder=0.1)

@@ -51,17 +51,27 @@ def eos_of(vocab: Any) -> int | None:
         return None
 
 
-def build_model(config: Config, vocab_size: int, eos_id: int | None = None) -> LanguageModel:
+def unk_of(vocab: Any) -> int | None:
+    """The id of ``<unk>`` in ``vocab``, None where it has none."""
+    unk = getattr(vocab, "unk_id", None)
+    return None if unk is None else int(unk)
+
+
+def build_model(config: Config, vocab_size: int, eos_id: int | None = None, unk_id: int | None = None) -> LanguageModel:
     """The configured model for a vocabulary of ``vocab_size``; a model that takes the id of ``<eos>``
-    (the sentence GRU ends its sentences with it) gets ``eos_id``, the vocabulary's, when it is known."""
+    (the sentence GRU ends its sentences with it) gets ``eos_id``, the vocabulary's, when it is known, and
+    one that takes the id of ``<unk>`` (the sentence GRU's word dropout) gets ``unk_id`` likewise."""
     import inspect
 
     from infolm.models import MODELS
 
     settings = {k: v for k, v in config.model.items() if k != "name"}
     extra: dict[str, Any] = {}
-    if eos_id is not None and "eos_id" in inspect.signature(MODELS.get(config.model["name"]).factory).parameters:
+    parameters = inspect.signature(MODELS.get(config.model["name"]).factory).parameters
+    if eos_id is not None and "eos_id" in parameters:
         extra["eos_id"] = eos_id
+    if unk_id is not None and "unk_id" in parameters:
+        extra["unk_id"] = unk_id
     return MODELS.build(config.model["name"], settings, vocab_size=vocab_size, where="model", **extra)
 
 
@@ -247,7 +257,7 @@ def build_trainer(config: Config) -> tuple[Any, Corpus]:
     corpus = task_data(config)
     check_train_data(config, corpus)
     torch.manual_seed(config.run.seed)
-    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab))
+    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab), unk_of(corpus.vocab))
     objective = build_objective(config)
     objective.setup(corpus, model)
     averager = build_averager(config, model)
@@ -268,7 +278,7 @@ def train(config: Config, overrides: list[str] | None = None) -> dict[str, Any]:
     if config.run.deterministic:
         torch.use_deterministic_algorithms(True)
     seed_everything(config.run.seed)
-    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab))
+    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab), unk_of(corpus.vocab))
     if config.run.init_from:
         init_weights(model, config.run.init_from, corpus, init_checkpoint(config))
     objective = build_objective(config)
@@ -408,7 +418,7 @@ def load_run(
     saved_vocab = Vocab.load(run_dir / "vocab.json")
     if saved_vocab.itos != corpus.vocab.itos:
         raise InfolmError(f"the data of {run_dir} no longer gives the vocabulary the run was trained with")
-    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab))
+    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab), unk_of(corpus.vocab))
     _load_checkpoint_weights(model, chosen)
     model.to(device).eval()
     return config, corpus, model
@@ -431,7 +441,7 @@ def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Config, La
     if chosen is None:
         raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
     vocab = Vocab.load(run_dir / "vocab.json")
-    model = build_model(config, len(vocab), eos_of(vocab))
+    model = build_model(config, len(vocab), eos_of(vocab), unk_of(vocab))
     _load_checkpoint_weights(model, chosen)
     model.to(device).eval()
     return config, model, chosen

@@ -50,7 +50,9 @@ def add_latent_parser(subparsers: Any) -> None:
     q.add_argument("--json", action="store_true", help="print the results as JSON")
     q.set_defaults(func=cmd_sample)
 
-    q = sub.add_parser("evaluate", help="IWAE-K NLL, KL, MI, active units, BLEU-1, latent entropy; MELBO apart")
+    q = sub.add_parser(
+        "evaluate", help="IWAE-K NLL, KL, MI, active units, BLEU-1, latent entropy; MELBO, aggregated prior on request"
+    )
     q.add_argument("run_dir", help="a latent-variable run directory written by infolm train")
     q.add_argument("--split", choices=("train", "valid", "test"), default="test", help="split to score")
     q.add_argument("--samples", type=int, default=500, help="K draws of the IWAE bound (valid 100, test 500)")
@@ -59,6 +61,24 @@ def add_latent_parser(subparsers: Any) -> None:
     q.add_argument("--max-sentences", type=int, default=0, help="score only the first N sentences (0: all)")
     q.add_argument("--mode", choices=MODES, default=None, help="codes for BLEU and entropy (default: sample)")
     q.add_argument("--melbo", action="store_true", help="also MELBO (Eq. 16), printed apart with its caveat")
+    q.add_argument(
+        "--bleu-decoding",
+        choices=("sampled", "greedy"),
+        nargs="+",
+        default=["sampled"],
+        help="reconstructions for BLEU-1: every word sampled from p(x|z) (the paper's, default) and/or greedy",
+    )
+    q.add_argument(
+        "--aggregate-prior",
+        action="store_true",
+        help="also the IWAE bound under the aggregated posterior of the training split (Eq. 9), for held-out splits",
+    )
+    q.add_argument(
+        "--aggregate-components",
+        type=int,
+        default=0,
+        help="mixture components of that prior: a seeded subsample of the training sentences (0: all)",
+    )
     q.add_argument("--seed", type=int, default=0, help="seed of the latent draws and sampling")
     q.add_argument("--json", action="store_true", help="print the results as JSON")
     q.set_defaults(func=cmd_evaluate)
@@ -187,6 +207,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for key in ("chunk", "batch_size"):
         if getattr(args, key) < 1:
             raise InfolmError(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}")
+    if args.aggregate_components < 0:
+        raise InfolmError(f"--aggregate-components must be 0 (all) or positive, got {args.aggregate_components}")
     config, corpus, model = _load(args.run_dir)
     mode = _mode(config, args.mode)
     report = latent_report(
@@ -201,6 +223,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         melbo=args.melbo,
         seed=args.seed,
         deterministic=_deterministic(config),
+        decodings=tuple(dict.fromkeys(args.bleu_decoding)),
+        aggregate_prior=args.aggregate_prior,
+        aggregate_components=args.aggregate_components or None,
     )
     if args.json:
         print(json.dumps(report))

@@ -3,7 +3,11 @@
 
 Latent codes of a sentence x (App. D.1): ``mean`` z = E[q(z|x)] (M); ``sample`` z ~ q(z|x) (R, the
 paper's "reconstruction"); ``perturb`` z ~ N(mu(x), (10 sigma(x))^2) (P). A deterministic
-auto-encoder has only ``mean``. Sentences are decoded greedily (top-1 token) unless asked otherwise.
+auto-encoder has only ``mean``. Sentences are decoded greedily (top-1 token) unless asked otherwise,
+except for the BLEU-1 of reconstructions, whose default samples every token from p(x|z): the paper's
+reconstructions are x ~ p(x|z) (Sec. 4.6 says it *modifies* the sampling to be greedy for its answers,
+and Sec. 4.7 samples), and the authors' test script decodes by sampling by default. Under a length
+prior (Eq. 2) a reconstruction has the observed number of words.
 Interpolation decodes z_alpha at equispaced points of the segment between two codes (Sec. 4.7).
 Sampling from the model draws z ~ N(0, 0.1^2 I) by default, as App. D.3 (the A-MIM prior is an
 implicit aggregated posterior with no sampler); ``std=1`` samples the anchor N(0, I).
@@ -23,6 +27,7 @@ from infolm.errors import InfolmError
 from infolm.evaluation.bleu import BleuScore, bleu1
 
 MODES = ("mean", "sample", "perturb")
+DECODINGS = ("sampled", "greedy")  # how a reconstruction picks each word from p(x|z)
 PERTURB_SCALE = 10.0  # App. D.1: a Gaussian with 10 times the posterior standard deviation
 SAMPLE_STD = 0.1  # App. D.3: samples from N(0, 0.1^2 I)
 
@@ -40,6 +45,7 @@ class SentenceLatentModel(Protocol):
         greedy: bool = True,
         generator: torch.Generator | None = None,
         banned: list[int] | None = None,
+        lengths: Tensor | None = None,
     ) -> list[list[int]]: ...
 
 
@@ -80,13 +86,19 @@ def reconstruct(
     batch_size: int = 64,
     max_length: int | None = None,
     generator: torch.Generator | None = None,
+    greedy: bool = True,
+    word_generator: torch.Generator | None = None,
 ) -> list[list[int]]:
-    """Greedy reconstructions (ids without ``<eos>``) of ``sentences`` from codes of the given mode."""
+    """Reconstructions (ids without ``<eos>``) of ``sentences`` from codes of the given mode (drawn from
+    ``generator``), greedy or with every word sampled (from ``word_generator``, default ``generator``); a
+    model with a length prior writes each at its observed number of words."""
     out: list[list[int]] = []
+    words_from = word_generator if word_generator is not None else generator
     for start in range(0, len(sentences), batch_size):
         chunk = sentences[start : start + batch_size]
         z = encode(model, chunk, mode, generator)
-        out.extend(model.generate(z, max_length=max_length, greedy=True))
+        words = torch.tensor([len(s) - (1 if s and s[-1] == model.eos_id else 0) for s in chunk])
+        out.extend(model.generate(z, max_length=max_length, greedy=greedy, generator=words_from, lengths=words))
     return out
 
 
@@ -98,9 +110,10 @@ def reconstruction_bleu(
     bleu_mode: str = "corpus",
     batch_size: int = 64,
     generator: torch.Generator | None = None,
+    decoding: str = "sampled",
 ) -> BleuScore:
-    """BLEU-1 between ``sentences`` and their greedy reconstructions (the paper's BLEU column)."""
-    return reconstruction_bleu_scores(model, sentences, itos, mode, batch_size, generator, bleu_mode)[0]
+    """BLEU-1 between ``sentences`` and their reconstructions (the paper's BLEU column)."""
+    return reconstruction_bleu_scores(model, sentences, itos, mode, batch_size, generator, bleu_mode, decoding)[0]
 
 
 def reconstruction_bleu_scores(
@@ -111,14 +124,21 @@ def reconstruction_bleu_scores(
     batch_size: int = 64,
     generator: torch.Generator | None = None,
     bleu_mode: str = "corpus",
+    decoding: str = "sampled",
+    word_generator: torch.Generator | None = None,
 ) -> tuple[BleuScore, BleuScore]:
-    """BLEU-1 of one set of greedy reconstructions two ways: ``bleu_mode`` without ``<eos>``, and as the
-    authors' test script scores it (the mean of sentence BLEU-1, ``<eos>`` kept on the references and on
-    the reconstructions that emitted it)."""
+    """BLEU-1 of one set of reconstructions two ways: ``bleu_mode`` without ``<eos>``, and as the authors'
+    test script scores it (the mean of sentence BLEU-1, ``<eos>`` kept on the references and on the
+    reconstructions that emitted it). ``decoding``: ``sampled`` (every word drawn from p(x|z), the paper's
+    x ~ p(x|z) and the authors' script's default; the words from ``word_generator``, default ``generator``,
+    which draws the codes: seeded generators give the same score) or ``greedy`` (the top word)."""
     if not sentences:
         raise InfolmError("reconstruction BLEU of an empty set of sentences")
+    if decoding not in DECODINGS:
+        raise InfolmError(f"reconstruction decoding must be one of {', '.join(DECODINGS)}; got {decoding!r}")
     limit = max(len(s) for s in sentences) * 2 + 10  # a reconstruction that never ends is cut here
-    hypotheses = reconstruct(model, sentences, mode, batch_size, limit, generator)
+    greedy = decoding == "greedy"
+    hypotheses = reconstruct(model, sentences, mode, batch_size, limit, generator, greedy, word_generator)
     words = [[itos[i] for i in h] for h in hypotheses]
     references = [[itos[i] for i in s] for s in sentences]
     eos = [] if getattr(getattr(model, "config", None), "length_prior", False) else ["<eos>"]  # Eq. 2: none

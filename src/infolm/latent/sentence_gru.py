@@ -13,6 +13,13 @@ The decoder starts from a learned ``<sos>`` embedding (the paper's x^0) and pred
 ``<eos>``, which ends the sentence. With ``length_prior`` the decoder is Eq. 2 instead:
 p(x|z) = p_seq(x|z) p(T), where p_seq never emits ``<eos>`` (its softmax excludes it, so it sums to
 one over the sentences of each length) and p(T) is the training sentences' length distribution.
+The paper's p(T) stops at T_max (Sec. 2); ours gives the lengths from ``max_length`` on the mass of its
+last bin, spread geometrically (``length_tail``), so that a test sentence longer than any training
+sentence keeps a finite likelihood and p(x|z) still sums to one over all lengths.
+
+Word dropout (Bowman et al. 2015; SentenceMIM App. D.4): in training, each input word of the encoder
+and of the decoder is replaced by ``<unk>`` with its own rate; ``<sos>``, ``<eos>`` and the padding
+are never replaced, and the targets the decoder scores are the true words.
 
 K latent samples per sentence are folded into the batch: ``log_likelihood`` scores z (K, B, D) in
 one decoder pass of K * B rows.
@@ -21,6 +28,7 @@ one decoder pass of K * B rows.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -46,15 +54,25 @@ class SentenceGRUConfig:
     min_log_var: float = -10.0  # lower clamp of the posterior log-variance (the authors' public code: -10)
     reverse_encoder: bool = True  # the encoder reads the sentence right to left (Sec. 4.2, after Sutskever et al.)
     length_prior: bool = False  # Eq. 2: p(x|z) = p_seq(x|z) p(T), <eos> not modelled; off: <eos> ends sentences
-    max_length: int = 200  # longest sentence (words) the length prior p(T) covers and generation produces
+    max_length: int = 200  # longest sentence (words) the length prior p(T) has a bin of its own for
+    # ratio ρ of the geometric tail of p(T) (ours; the paper's p(T) ends at T_max): the last bin holds
+    # P(T >= max_length), and p(T = t) = P(T >= max_length) (1 - ρ) ρ^(t - max_length) for t >= max_length
+    length_tail: float = 0.5
+    # word dropout (<unk> replacement) of the encoder's input words: App. D.4 uses 0.2 for the Yahoo
+    # Answers model of its question answering; the PTB recipe (Sec. 4.2) names none, so 0 here
+    word_dropout_encoder: float = 0.0
+    # word dropout of the decoder's input words (Bowman et al. 2015); SentenceMIM names none: 0
+    word_dropout_decoder: float = 0.0
 
     def __post_init__(self) -> None:
         for key in ("emb", "hidden", "latent", "max_length"):
             if getattr(self, key) < 1:
                 raise InfolmError(f"model.{key} must be positive, got {getattr(self, key)}")
-        for key in ("dropout_embedding", "dropout_encoder"):
+        for key in ("dropout_embedding", "dropout_encoder", "word_dropout_encoder", "word_dropout_decoder"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise InfolmError(f"model.{key} must be in [0, 1), got {getattr(self, key)}")
+        if not 0.0 < self.length_tail < 1.0:
+            raise InfolmError(f"model.length_tail must be in (0, 1), got {self.length_tail}")
 
 
 def reverse_padded(tokens: Tensor, lengths: Tensor, pad: int) -> Tensor:
@@ -65,18 +83,31 @@ def reverse_padded(tokens: Tensor, lengths: Tensor, pad: int) -> Tensor:
     return torch.where(positions < lengths.unsqueeze(1), reversed_tokens, torch.full_like(tokens, pad))
 
 
+def replace_words(tokens: Tensor, words: Tensor, rate: float, unk_id: int) -> Tensor:
+    """Word dropout: each position where ``words`` (B, T) is true becomes ``unk_id`` with probability
+    ``rate``, independently (torch's global generator, as dropout). (B, T)."""
+    if rate == 0.0:
+        return tokens
+    dropped = words & (torch.rand(tokens.shape, device=tokens.device) < rate)
+    return tokens.masked_fill(dropped, unk_id)
+
+
 @register_model("sentence-gru", config=SentenceGRUConfig)  # type: ignore[arg-type]
 class SentenceGRU(LatentVariableModel):
     """Bowman et al.'s sentence auto-encoder: GRU encoder -> Gaussian z -> GRU decoder fed z at every step."""
 
     log_length_prior: Tensor  # (max_length + 1,) ln p(T), a buffer (Eq. 2)
 
-    def __init__(self, config: SentenceGRUConfig, vocab_size: int, eos_id: int = 0) -> None:
-        """``eos_id``: the id of ``<eos>``, the vocabulary's (``build_model`` passes it; 0 in infolm's ``Vocab``)."""
+    def __init__(self, config: SentenceGRUConfig, vocab_size: int, eos_id: int = 0, unk_id: int | None = None) -> None:
+        """``eos_id``: the id of ``<eos>``, the vocabulary's (``build_model`` passes it; 0 in infolm's ``Vocab``);
+        ``unk_id``: the id of ``<unk>`` (``build_model`` passes the vocabulary's), needed by word dropout."""
         super().__init__()
+        if unk_id is None and (config.word_dropout_encoder > 0 or config.word_dropout_decoder > 0):
+            raise InfolmError("model.word_dropout_encoder / word_dropout_decoder need a vocabulary with <unk>")
         self.config = config
         self.vocab_size = vocab_size
         self.eos_id = eos_id
+        self.unk_id = unk_id
         self.latent_dim = config.latent
         self.embedding = nn.Embedding(vocab_size, config.emb)
         self.sos = nn.Parameter(torch.empty(config.emb).normal_())  # x^0 = <SOS> (Eq. 1)
@@ -97,6 +128,10 @@ class SentenceGRU(LatentVariableModel):
     def encode(self, tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """Posterior mean and log-variance (B, D) of the sentences ``tokens`` (B, T)."""
         words = (lengths - 1).clamp(min=0)  # the encoder reads the words, not <eos>
+        if self.training and self.config.word_dropout_encoder > 0:
+            assert self.unk_id is not None
+            is_word = torch.arange(tokens.size(1), device=tokens.device) < words.unsqueeze(1)  # (B, T)
+            tokens = replace_words(tokens, is_word, self.config.word_dropout_encoder, self.unk_id)
         inputs = reverse_padded(tokens, words, self.eos_id) if self.config.reverse_encoder else tokens
         x = self.encoder_dropout(self.embedding(inputs))  # (B, T, E)
         out, _ = self.encoder(x)  # (B, T, H)
@@ -120,8 +155,13 @@ class SentenceGRU(LatentVariableModel):
 
     # -- decoder -------------------------------------------------------------------------------
     def decoder_inputs(self, tokens: Tensor) -> Tensor:
-        """Embeddings of x^0..x^{T-1}: <sos> then every token but the last. (B, T, E)."""
-        emb = self.embedding(tokens[:, :-1])  # (B, T-1, E)
+        """Embeddings of x^0..x^{T-1}: <sos> then every token but the last; in training, the input words
+        replaced by ``<unk>`` at ``word_dropout_decoder`` (the padding is ``<eos>``: never replaced). (B, T, E)."""
+        previous = tokens[:, :-1]  # (B, T-1)
+        if self.training and self.config.word_dropout_decoder > 0:
+            assert self.unk_id is not None
+            previous = replace_words(previous, previous != self.eos_id, self.config.word_dropout_decoder, self.unk_id)
+        emb = self.embedding(previous)  # (B, T-1, E)
         sos = self.sos.view(1, 1, -1).expand(tokens.size(0), 1, -1)
         return self.dropout(torch.cat([sos, emb], dim=1))
 
@@ -172,14 +212,24 @@ class SentenceGRU(LatentVariableModel):
         per_token = hidden.new_zeros(k * b, tokens.size(1), dtype=torch.float32).masked_scatter(where, scores.float())
         lp = per_token.sum(1).view(k, b)
         if self.config.length_prior:
-            lp = lp + self.log_length_prior[scored.clamp(max=self.config.max_length)]  # + ln p(T), Eq. 2
-            return lp, None
+            return lp + self.log_length_probability(scored), None  # + ln p(T) (B,) on every draw, Eq. 2
         last = (lengths - 1).clamp(min=0).repeat(k).unsqueeze(1)  # (K*B, 1): the <eos> of each row
         return lp, per_token.gather(1, last).view(k, b)
 
     def scored_tokens(self, lengths: Tensor) -> Tensor:
         """Positions ln p(x|z) scores per sentence: words and ``<eos>``, or the words alone with p(T)."""
         return lengths - 1 if self.config.length_prior else lengths
+
+    def log_length_probability(self, words: Tensor) -> Tensor:
+        """ln p(T) of word counts ``words`` (B,): the bin of T below ``max_length``; from ``max_length`` on,
+        the last bin's mass P(T >= max_length) times the geometric tail (1 - ρ) ρ^(T - max_length), so
+        that p(T) sums to one over all T >= 1 (the length prior of Eq. 2, extended; ρ = ``length_tail``)."""
+        last = self.config.max_length
+        rho = self.config.length_tail
+        binned = self.log_length_prior[words.clamp(max=last)]
+        excess = (words - last).clamp(min=0).to(binned.dtype)
+        tail = math.log1p(-rho) + excess * math.log(rho)
+        return torch.where(words >= last, binned + tail, binned)
 
     def fit_corpus(self, corpus: Any) -> None:
         """Before training: p(T) from the training sentences' word counts, when the length prior is on."""
@@ -189,7 +239,8 @@ class SentenceGRU(LatentVariableModel):
 
     def fit_length_prior(self, word_counts: Tensor) -> None:
         """Set p(T) to the empirical distribution of the training sentences' word counts (Eq. 2),
-        with add-one smoothing over 1..max_length so unseen lengths keep a finite likelihood."""
+        with add-one smoothing over 1..max_length so unseen lengths keep a finite likelihood; the last
+        bin counts the sentences of ``max_length`` words or more (``log_length_probability``)."""
         counts = torch.bincount(word_counts.clamp(max=self.config.max_length), minlength=self.config.max_length + 1)
         counts = counts[: self.config.max_length + 1].double()
         counts[1:] += 1.0
@@ -205,22 +256,28 @@ class SentenceGRU(LatentVariableModel):
         greedy: bool = True,
         generator: torch.Generator | None = None,
         banned: list[int] | None = None,
+        lengths: Tensor | None = None,
     ) -> list[list[int]]:
         """Sentences (token ids, no ``<eos>``) decoded from z (N, D): greedy (argmax) or sampled.
 
         Without the length prior a sentence ends at ``<eos>`` or after ``max_length`` words; with it,
-        T is drawn from p(T) (its mode when greedy) and T words are produced. ``banned`` token ids are
-        never produced (the paper bans ``<unk>`` when generating answers, Sec. 4.6)."""
+        T words are produced: ``lengths`` (N,) when given (a reconstruction at the observed length),
+        else T drawn from p(T)'s bins (its mode when greedy; the top bin gives ``max_length`` words),
+        capped at ``max_length`` when that is given. ``banned`` token ids are never produced (the paper
+        bans ``<unk>`` when generating answers, Sec. 4.6)."""
         limit = max_length or self.config.max_length
         n = z.size(0)
         if self.config.length_prior:
-            probs = self.log_length_prior.exp()
-            if greedy:
-                targets = torch.full((n,), int(probs.argmax()), device=z.device)
+            if lengths is not None:
+                targets = lengths.to(z.device)
             else:
-                targets = torch.multinomial(probs.expand(n, -1), 1, generator=generator).squeeze(1)
-            targets = targets.clamp(max=limit)
-            limit = int(targets.max())
+                probs = self.log_length_prior.exp()
+                if greedy:
+                    targets = torch.full((n,), int(probs.argmax()), device=z.device)
+                else:
+                    targets = torch.multinomial(probs.expand(n, -1), 1, generator=generator).squeeze(1)
+                targets = targets.clamp(max=limit)
+            limit = int(targets.max()) if n else 0
         inputs = self.sos.view(1, 1, -1).expand(n, 1, -1)
         state: Tensor | None = None
         out = torch.empty(n, 0, dtype=torch.long, device=z.device)

@@ -166,13 +166,14 @@ def run_arm(source: Source, arm: Arm, config: Config, corpus: Any, settings: Pil
         init_objective_state,
         prepare_run_dir,
         run_meta,
+        unk_of,
     )
     from infolm.objectives.own_streams import OwnStreams
     from infolm.training import Trainer, seed_everything
     from infolm.training import checkpoint as ckpt
 
     seed_everything(config.run.seed)  # the same objects (a term's own weights) in every arm
-    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab))
+    model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab), unk_of(corpus.vocab))
     try:
         missing = ckpt.load_weights(model, source.weights, raw=True)
     except Exception as error:  # safetensors and load_state_dict raise their own types

@@ -1,0 +1,85 @@
+"""The aggregated posterior of a Gaussian encoder as a prior: p̂(z) = 1/N Σ_n q(z|x_n) (SentenceMIM Eq. 9).
+
+SentenceMIM's model prior p_θ(z) is E_P(x)[q_θ(z|x)], P(x) the data; over the N training sentences it is
+a mixture of N diagonal Gaussians, whose log-density this module evaluates exactly (log-sum-exp over
+every component). The components are visited in blocks, so memory grows with the points times a block,
+never with N. An IWAE bound with this prior is ``iwae_bound(h, p̂.log_prob(z) - ln q(z|x))``
+(``latent/estimators.py``); ``evaluation/aggregate_prior.py`` computes it for held-out sentences.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+BLOCK_ELEMENTS = 1 << 22  # points x components per block: 32 MiB of float64 scores
+
+
+def mixture_log_density(z: Tensor, means: Tensor, log_vars: Tensor, block: int = 0) -> Tensor:
+    """ln (1/N) Σ_n N(z; means[n], diag exp(log_vars[n])) of points z (..., D) -> (...), in float64.
+
+    ``means``, ``log_vars``: (N, D). ``block``: components per block (0: as many as keep a block of
+    points x components under ``BLOCK_ELEMENTS``). Each component's quadratic form is expanded as
+    Σ z²/σ² - 2 Σ z μ/σ² + Σ μ²/σ², three matrix products, in float64 (sharp posteriors make its terms
+    large and nearly cancelling); the running log-sum-exp adds one block at a time."""
+    if means.shape != log_vars.shape or means.dim() != 2 or z.size(-1) != means.size(1):
+        raise ValueError(
+            f"mixture of {tuple(means.shape)} means, {tuple(log_vars.shape)} log-variances, z {tuple(z.shape)}"
+        )
+    count, dim = means.shape
+    points = z.reshape(-1, dim).double()  # (M, D)
+    step = block if block > 0 else max(1, BLOCK_ELEMENTS // max(points.size(0), 1))
+    squares = points * points  # (M, D)
+    total = torch.full((points.size(0),), -math.inf, dtype=torch.float64, device=z.device)
+    for start in range(0, count, step):
+        mean = means[start : start + step].double().to(z.device)  # (C, D)
+        log_var = log_vars[start : start + step].double().to(z.device)
+        precision = torch.exp(-log_var)  # (C, D)
+        quadratic = squares @ precision.T - 2.0 * points @ (mean * precision).T + (mean * mean * precision).sum(1)
+        quadratic = quadratic.clamp(min=0.0)  # (M, C): exactly >= 0, rounding aside
+        log_normal = -0.5 * (quadratic + log_var.sum(1) + dim * math.log(2 * math.pi))  # (M, C)
+        total = torch.logaddexp(total, torch.logsumexp(log_normal, dim=1))
+    return (total - math.log(count)).reshape(z.shape[:-1])
+
+
+class AggregatePosterior:
+    """p̂(z) = 1/N Σ_n N(z; μ_n, diag σ_n²): the aggregated posterior of N encoded sentences (Eq. 9).
+
+    A prior for held-out data: a sentence among the N scores under a prior that holds its own posterior."""
+
+    def __init__(self, means: Tensor, log_vars: Tensor, block: int = 0) -> None:
+        if means.dim() != 2 or means.shape != log_vars.shape or means.size(0) == 0:
+            raise ValueError(
+                f"an aggregated posterior needs (N, D) means and log-variances, N >= 1: {tuple(means.shape)}"
+            )
+        self.means = means
+        self.log_vars = log_vars
+        self.block = block
+
+    @property
+    def components(self) -> int:
+        return int(self.means.size(0))
+
+    def log_prob(self, z: Tensor) -> Tensor:
+        """ln p̂(z) of z (..., D) -> (...) in z's dtype, exact over every component."""
+        return mixture_log_density(z, self.means, self.log_vars, self.block).to(z.dtype)
+
+    def subsample(self, count: int, seed: int = 0) -> AggregatePosterior:
+        """The mixture of ``count`` components drawn without replacement by a generator seeded ``seed``
+        (all of them when ``count`` is N or more): a cheaper prior, the same for the same seed."""
+        if count >= self.components:
+            return self
+        keep = component_subset(self.components, count, seed).to(self.means.device)
+        return AggregatePosterior(self.means[keep], self.log_vars[keep], self.block)
+
+
+def component_subset(total: int, count: int, seed: int = 0) -> Tensor:
+    """``count`` of ``range(total)`` without replacement, in increasing order, drawn by a generator seeded
+    ``seed`` (every index when ``count >= total``): which sentences a capped mixture keeps."""
+    if count < 1:
+        raise ValueError(f"a mixture needs at least one component, got {count}")
+    if count >= total:
+        return torch.arange(total)
+    return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:count].sort().values
