@@ -87,6 +87,21 @@ def test_the_values_are_the_selected_checkpoints_record(two_objective_sweep) -> 
     assert later_worse  # some trial's last evaluation differs from its selected one
 
 
+def test_at_last_reads_the_last_evaluation(two_objective_sweep, tmp_path: Path) -> None:
+    """A frontier run's lowest-NLL checkpoint can be an early one with its latents unused: ``at: last``
+    reads the end of the schedule instead; any other value is refused with one line."""
+    from infolm.sweep.study import selected_values
+
+    _, rows = two_objective_sweep
+    for row in rows:
+        last = valid_records(row["run_dir"])[-1]
+        step, values = selected_values(Path(row["run_dir"]), ["loss", "mi"], "last")
+        assert (step, values) == (last["step"], {"loss": last["loss"], "mi": last["mi"]})
+    with pytest.raises(InfolmError, match="sweep at must be selected or last"):
+        load_sweep(write_sweep(tmp_path, trials=1, objectives=LOSS_AND_MI, at="best",
+                               params={"optim.lr": {"type": "log_uniform", "low": 1e-3, "high": 1e-2}}))  # fmt: skip
+
+
 def test_a_multi_objective_sweep_resumes_with_its_count(tmp_path: Path) -> None:
     """Resumed, the study keeps its finished trials; a trial cut off is retried in its run directory."""
     import optuna

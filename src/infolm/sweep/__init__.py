@@ -32,7 +32,9 @@ task's selection metric; not the last evaluation), each minimised or maximised::
 With several, the study is multi-objective (Optuna's multi-objective TPE) and traces a Pareto front, as
 the thesis evaluates its objectives by NLL-vs-MI frontiers (Melis thesis Sec. 5.7): minimising NLL alone
 over λ would drive every trial to posterior collapse. ``results.csv`` then has a column per objective and
-``on_front``; with two objectives the plot is ``front.png`` (the trials and their front).
+``on_front``; with two objectives the plot is ``front.png`` (the trials and their front). ``at: last``
+reads each run's last evaluation instead of its selected one: the lowest-NLL checkpoint of a run trained
+on a fixed schedule towards a frontier point is an early one whose latents are still unused.
 
 **Grid.** Alternatively the file fixes some keys on a grid and tunes the params afresh at each grid
 point, for ``trials_per_point`` trials on the first objective (the thesis tunes lr per frontier point)::

@@ -70,8 +70,14 @@ class SweepConfig:
     objectives: list[Objective] | None = None
     grid: dict[str, list[Any]] | None = None  # dotted config key -> values: one tuned point per combination
     trials_per_point: int | None = None  # with a grid: trials per grid point, tuning params on the first objective
+    # which validation record a declared objective reads: selected (the checkpoint the task's selection metric
+    # chose) | last (the end of the schedule; a frontier run's lowest-NLL checkpoint is an early one whose
+    # latents are still unused, so frontier sweeps read the last)
+    at: str = "selected"
 
     def __post_init__(self) -> None:
+        if self.at not in ("selected", "last"):
+            raise InfolmError(f"sweep at must be selected or last, got {self.at!r}")
         if self.grid is None:
             if self.trials_per_point is not None:
                 raise InfolmError("sweep trials_per_point needs a grid (without one the budget is trials)")

@@ -30,12 +30,17 @@ class ObjectiveMissing(InfolmError):
     """A declared objective that the run's validation record lacks: the sweep stops (``stop_if_refused``)."""
 
 
-def selected_values(run_dir: Path, keys: list[str]) -> tuple[int, dict[str, float]]:
-    """The step of the run's selected checkpoint (``checkpoints/best``) and ``keys`` of its validation
-    record: the point the run stands for, not its last evaluation."""
+def selected_values(run_dir: Path, keys: list[str], at: str = "selected") -> tuple[int, dict[str, float]]:
+    """The step of the run's selected checkpoint (``checkpoints/best``; ``at="last"``: its last evaluation)
+    and ``keys`` of that validation record: the point the run stands for."""
     from infolm.training.metrics import read_metrics, selected_record
 
-    record = selected_record(read_metrics(run_dir / "metrics.jsonl"))
+    records = read_metrics(run_dir / "metrics.jsonl")
+    if at == "last":
+        valid = [r for r in records if r.get("split") == "valid"]
+        record = valid[-1] if valid else None
+    else:
+        record = selected_record(records)
     if record is None:
         raise InfolmError(f"{run_dir}: no validation record set a best (metrics.jsonl); the trial has no point")
     missing = [key for key in keys if key not in record]
@@ -60,7 +65,7 @@ def trial_objective(sweep: Sweep, fixed: dict[str, Any], trial_dir: TrialDir, sc
             summary = run_trial(sweep.config, {**fixed, **params}, run_dir)
             keys = [o.key for o in sweep.objectives]
             if sweep.config.declared:
-                step, values = selected_values(run_dir, keys)
+                step, values = selected_values(run_dir, keys, sweep.config.at)
             else:  # today's score: the trainer's best selection metric, as a loss
                 step, values = int(summary["step"]), {keys[0]: float(summary["best_valid_loss"])}
         except ObjectiveMissing as error:  # the sweep file's mistake, not the trial's: stop the sweep
