@@ -76,7 +76,7 @@ def test_loss_is_the_negated_objective_of_the_batch() -> None:
 @pytest.mark.parametrize(
     "path",
     ["configs/sweeps/thesis-synthetic-mi-kl.yaml", "configs/sweeps/thesis-synthetic-mi-renyi.yaml",
-     "configs/sweeps/thesis-ptb-latent.yaml"],
+     "configs/sweeps/thesis-ptb-latent.yaml", "configs/sweeps/thesis-ptb-latent-l2.yaml"],
 )  # fmt: skip
 def test_thesis_sweeps_accept_both_ends_of_table_5_2(path) -> None:
     """Every Table 5.2 range end (and grid end) builds a valid model and objective (λ up to 0.9999 is below 1)."""
