@@ -98,3 +98,22 @@ def test_the_iwae_bound_with_the_mixture_prior_lies_below_ln_p_x_and_reaches_it(
         assert means[k] <= truth + 3 * float(values.std()) / math.sqrt(len(values))
     assert means[1] < means[10] < means[100] and truth - means[1] > 0.3
     assert abs(means[1000] - truth) < 0.005
+
+
+def test_the_mixtures_mutual_information_has_its_known_values() -> None:
+    """I_q(X; Z) of (1/N Σ δ_{x_n}) q(z|x_n): 0 when every posterior is the same, ln N when they are sharp
+    and far apart, and for two 1-D components the value of a direct quadrature."""
+    from infolm.latent.aggregate_prior import AggregatePosterior, aggregate_mutual_information
+
+    same = AggregatePosterior(torch.zeros(5, 3), torch.zeros(5, 3))
+    assert aggregate_mutual_information(same, samples=50)[0] == pytest.approx(0.0, abs=1e-12)
+    apart = AggregatePosterior(torch.arange(8.0).unsqueeze(1).repeat(1, 2) * 10, torch.full((8, 2), -10.0))
+    assert aggregate_mutual_information(apart, samples=20)[0] == pytest.approx(math.log(8), abs=1e-6)
+    # two unit-variance components at -1 and +1: I = ln 2 - E over the mixture of H(component | z)
+    means, log_vars = torch.tensor([[-1.0], [1.0]]), torch.zeros(2, 1)
+    grid = torch.linspace(-12.0, 12.0, 200_001, dtype=torch.float64)
+    log_n = [-0.5 * (grid - m) ** 2 - 0.5 * math.log(2 * math.pi) for m in (-1.0, 1.0)]
+    log_mix = torch.logaddexp(log_n[0], log_n[1]) - math.log(2)
+    exact = float(sum((torch.exp(ln) * (ln - log_mix)).sum() * (grid[1] - grid[0]) for ln in log_n) / 2)
+    estimate, sem = aggregate_mutual_information(AggregatePosterior(means, log_vars), samples=200_000, seed=1)
+    assert abs(estimate - exact) < 4 * max(sem, 1e-3) and 0.0 < exact < math.log(2)

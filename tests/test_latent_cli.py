@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,7 @@ def test_evaluate_scores_greedy_bleu_and_the_aggregate_prior_bound_on_request(
     assert report["reconstruction_sampled"]["decoding"] == "sampled"
     aggregate = report["aggregate_prior"]
     assert aggregate["components"] == 3 and aggregate["train_sentences"] == 5 and "held-out" in aggregate["note"]
+    assert aggregate["mi_aggregate_members"] == 3 and -0.1 <= aggregate["mi_aggregate"] <= math.log(3) + 1e-9
     assert aggregate["nll_aggregate_prior_per_token"] == pytest.approx(aggregate["nll_aggregate_prior"] * 5 / 28)
     assert aggregate["nll_words_aggregate_prior_per_word"] == pytest.approx(
         aggregate["nll_words_aggregate_prior"] * 5 / 23

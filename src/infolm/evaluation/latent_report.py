@@ -224,6 +224,9 @@ def reconstruction_section(
     }
 
 
+MI_MEMBERS = 2000  # components whose draws estimate I_q(X; Z) under the aggregated posterior
+
+
 def aggregate_prior_section(
     model: Any,
     corpus: Any,
@@ -236,14 +239,22 @@ def aggregate_prior_section(
     seed: int = 0,
 ) -> dict[str, Any]:
     """The IWAE-``samples`` bound of ``sentences`` (of ``split``) under the aggregated posterior of the
-    training split (Eq. 9), of ``components`` training sentences at most (a subsample drawn with ``seed``)."""
+    training split (Eq. 9), of ``components`` training sentences at most (a subsample drawn with ``seed``),
+    and the MI of that mixture's encoding distribution, I_q(X; Z) <= ln N (``mi_aggregate``)."""
     from infolm.evaluation.aggregate_prior import aggregate_posterior, aggregate_prior_bound
+    from infolm.latent.aggregate_prior import aggregate_mutual_information, component_subset
 
     eos = corpus.vocab.eos_id
     train = list(corpus.sentences("train"))
     prior = aggregate_posterior(model, train, eos, components=components, seed=seed)
     result: dict[str, Any] = dict(aggregate_prior_bound(model, sentences, prior, eos, samples, chunk, batch_size, seed))
     result["train_sentences"] = len(train)
+    # SentenceMIM's own MI, I_q(X; Z) of the training sentences' encoding distribution (<= ln N): 10 draws
+    # from each of at most MI_MEMBERS of the mixture's components (a fixed-seed subsample, stated)
+    members = component_subset(prior.components, MI_MEMBERS, seed)
+    mi, mi_sem = aggregate_mutual_information(prior, members, samples=10, seed=seed)
+    result.update(mi_aggregate=mi, mi_aggregate_sem=mi_sem, mi_aggregate_members=len(members))
+    result["mi_aggregate_max"] = math.log(prior.components)
     result["note"] = (
         f"prior: the aggregated posterior of {prior.components} of the {len(train)} training sentences"
         + ("" if prior.components == len(train) else f" (a subsample, seed {seed})")

@@ -83,3 +83,26 @@ def component_subset(total: int, count: int, seed: int = 0) -> Tensor:
     if count >= total:
         return torch.arange(total)
     return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:count].sort().values
+
+
+def aggregate_mutual_information(
+    prior: AggregatePosterior, members: Tensor | None = None, samples: int = 10, seed: int = 0
+) -> tuple[float, float]:
+    """I_q(X; Z) of the encoding distribution q(x, z) = (1/N) Σ_n δ(x - x_n) q(z|x_n) that defines p̂, the
+    mutual information A-MIM raises (SentenceMIM Sec. 2), and the standard error of its draws.
+
+    I_q = (1/N) Σ_n E_{q(z|x_n)}[ln q(z|x_n) - ln p̂(z)], estimated with ``samples`` draws from each
+    component listed in ``members`` (indices into the mixture; None: all). Every term is at most ln N,
+    since p̂(z) >= q(z|x_n)/N, so the estimate never exceeds ln N = H(X) of the N sentences."""
+    if samples < 1:
+        raise ValueError(f"the MI estimate needs at least one draw, got {samples}")
+    index = torch.arange(prior.components) if members is None else members.long()
+    mean, log_var = prior.means[index].double(), prior.log_vars[index].double()  # (M, D)
+    generator = torch.Generator(device=mean.device).manual_seed(seed)
+    eps = torch.randn((samples, *mean.shape), generator=generator, dtype=torch.float64, device=mean.device)
+    z = mean + torch.exp(0.5 * log_var) * eps  # (K, M, D), z ~ q(z|x_n)
+    log_q = -0.5 * (eps * eps + log_var + math.log(2 * math.pi)).sum(-1)  # ln q(z|x_n), (K, M)
+    terms = log_q - mixture_log_density(z, prior.means, prior.log_vars, prior.block)  # (K, M)
+    # the draws' Monte Carlo error of the listed members' mean (a subsample of members adds its own)
+    sem = float((terms.var(0) / samples).sum().sqrt() / terms.size(1)) if samples > 1 else math.nan
+    return float(terms.mean()), sem
