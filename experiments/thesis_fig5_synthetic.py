@@ -34,6 +34,7 @@ Gibbs' inequality bounds by the entropy.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import shutil
@@ -184,7 +185,8 @@ def run_point(
 
 def protocol_grid(experiment: str, figures: list[str]) -> tuple[list[float], list[int]] | None:
     """The λ and seeds that ``experiments/protocols/thesis-ch5.yaml`` reads from these figures' records
-    (``experiments/records/<experiment>/<figure>``), or None where it reads none of them."""
+    (``experiments/records/<experiment>/<figure>``), or None where it reads none of them (arms of
+    another driver there, such as the VQ-VAE's, have no λ and are not this driver's)."""
     if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
         sys.path.insert(0, str(ROOT))
     from experiments.reproduce.protocol import load_protocol, runs_of
@@ -194,10 +196,21 @@ def protocol_grid(experiment: str, figures: list[str]) -> tuple[list[float], lis
     seeds: list[int] = []
     for figure in figures:
         for arm, seed in runs_of(page, records=f"{experiment}/{figure}"):
+            if "-lam" not in arm:
+                continue
             lam = float(arm.rsplit("-lam", 1)[1])
             lams += [lam] if lam not in lams else []
             seeds += [seed] if seed not in seeds else []
     return (sorted(lams), sorted(seeds)) if lams else None
+
+
+@functools.cache
+def protocol_arms(experiment: str, figure: str) -> frozenset[str]:
+    """The arms (``<curve>-lam<λ>``) the protocol reads from one figure's records: with the protocol's
+    default grid, a curve is trained only at the λ the protocol reads of it."""
+    from experiments.reproduce.protocol import load_protocol, runs_of
+
+    return frozenset(arm for arm, _ in runs_of(load_protocol("thesis-ch5"), records=f"{experiment}/{figure}"))
 
 
 def finished(run_dir: Path, steps: int) -> bool:
@@ -271,6 +284,7 @@ def main() -> None:
     parser.add_argument("--nll-max", type=float, default=0.0, help="end the plot's NLL axis here (0: at the data)")
     args = parser.parse_args()
     experiment = "thesis-fig5-synthetic" + ("" if args.schedule == "short" else f"-{args.schedule}")
+    by_protocol = args.lams is None and protocol_grid(experiment, args.figures) is not None
     if args.lams is None or args.seeds is None:  # the protocol's grid for the figures it reads, else the first one's
         grid = protocol_grid(experiment, args.figures) or ([0.0, 0.3, 0.5, 0.65, 0.8, 0.95], [0])
         args.lams = grid[0] if args.lams is None else args.lams
@@ -299,6 +313,8 @@ def main() -> None:
                 for label, objective in curves:
                     if args.curves and label not in args.curves:
                         continue
+                    if by_protocol and f"{slug(label)}-lam{lam:g}" not in protocol_arms(experiment, figure):
+                        continue  # the protocol's grid: not a point it reads
                     name = f"{slug(label)}-lam{lam:g}-s{seed}"
                     run_dir, record_dir = out / figure / name, records / figure / name
                     found = record_dir if is_record(record_dir) and not run_dir.is_dir() else run_dir
