@@ -123,7 +123,7 @@ def test_a_widened_proposal_bounds_the_same_model_and_leaves_it_as_it_was() -> N
     torch.manual_seed(3)
     usual = evaluate_latent(model, sentence_batches(sentences, 2, pad_id=EOS), samples=50, chunk=10)
     at_own = widened_proposal_bound(model, sentences, own, EOS, samples=50, chunk=10, batch_size=2, seed=3)
-    assert at_own["floor"] == own and at_own["nll"] == usual.nll
+    assert at_own["floor"] == own and at_own["nll"] == usual.nll and at_own["mi"] == usual.mutual_information
     wider = widened_proposal_bound(model, sentences, 1.0, EOS, samples=50, chunk=10, batch_size=2, seed=3)
     assert wider["floor"] == 1.0 and wider["nll"] != usual.nll and math.isfinite(wider["nll"])
     assert widened_proposal_bound(model, sentences, own - 5, EOS, samples=5, seed=3)["floor"] == own
