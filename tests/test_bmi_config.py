@@ -99,3 +99,12 @@ def test_the_clip_bounds_the_language_model_and_leaves_the_discriminator_out(tmp
     assert norm(discriminator) > 0
     assert norm(list(model.parameters())) == pytest.approx(clip, rel=1e-4)  # not shared with D's gradient
     assert values["grad_norm"] > clip
+
+
+def test_the_placebo_config_is_bmi_base_without_the_lm_gradient() -> None:
+    placebo = to_dict(load_config(ROOT / "configs" / "ptb" / "bmi-placebo.yaml"))
+    base = to_dict(load_config(CONFIGS["base"]))
+    assert placebo["objective"]["bmi"].pop("lm_gradient") is False
+    for section in ("data", "model", "optim", "train", "objective"):
+        assert placebo[section] == base[section], section
+    validate_plugins(load_config(ROOT / "configs" / "ptb" / "bmi-placebo.yaml"))
