@@ -231,6 +231,8 @@ def test_bmi_driver_studies_fix_one_switch_set_the_weight_and_train_the_placebo(
     assert module.study_overrides("baseline") == [] and module.study_overrides("full", bmi_weight=0.1) == [
         "objective.bmi.weight=0.1"
     ]
+    mid = module.train_command(tmp_path, "placebo", 0, module.BUDGETS[budget], scale="mid")
+    assert mid[4] == "configs/ptb/bmi-placebo-mid.yaml" and load_config(ROOT / mid[4], mid[5:]).model["hidden"] == 300
 
 
 def test_bmi_driver_wants_an_out_of_its_own_for_a_study() -> None:
