@@ -37,6 +37,17 @@ and with ``--png`` the validation curves, whole and after the switch (the paper'
     python -m experiments.report bmi
     python experiments/bmi_ptb_table2.py table --png docs/img/bmi_ptb_table2.png
 
+Studies beside the protocol, each in an ``--out`` of its own (never archived into the protocol's records,
+and a recorded protocol run does not stand for one): ``--arms placebo`` adds Phase I's placebo
+(``configs/ptb/bmi-placebo.yaml``: D_theta trains as in BMI-base, the LM gets no gradient from it);
+``--switch-step N`` gives every arm one fixed averaging start (the iterates from step N + 1) and BMI-full
+its Phase II from the same step, instead of each run's NT-ASGD trigger; ``--bmi-weight W`` sets the BMI
+arms' weight (paper: 0.1 on PTB, the configs' value; 0.02 on WT2), the baseline left as it is;
+``--scale mid`` trains ``configs/ptb/bmi-ARM-mid.yaml`` (3.8M parameters, ~10 minutes an epoch on one core)::
+
+    OMP_NUM_THREADS=1 python experiments/bmi_ptb_table2.py train --out runs/bmi-fixed-switch \\
+        --arms baseline base full placebo --seeds 0 --switch-step 16000
+
 ``--out`` defaults to ``runs/bmi-ptb-table2-BUDGET``; a folder holds one budget (``train`` refuses to mix
 them). Two ``train`` processes with different ``--seeds`` may share it (each writes only its own files).
 
@@ -111,6 +122,12 @@ def protocol_runs(budget: str = "converged") -> tuple[tuple[str, ...], list[int]
 
 
 ARMS, SEEDS = protocol_runs()
+# Arms the protocol does not read, trained only when asked (``--arms``): Phase I's placebo
+# (``configs/ptb/bmi-placebo.yaml``: D_theta trains as in BMI-base, the LM gets no gradient from it).
+EXTRA_ARMS = ("placebo",)
+# Model sizes: the protocol's CPU size (configs/ptb/bmi-ARM.yaml), and a proposed mid size
+# (configs/ptb/bmi-ARM-mid.yaml: 3.8M parameters, meant to beat the Kneser-Ney 5-gram; a study)
+SCALES = {"cpu": "", "mid": "-mid"}
 LOG_EVERY = 20  # steps between step records in the converged budget (the configs: 4); the smoke budget keeps 4
 
 
@@ -159,13 +176,39 @@ BUDGETS = {
 }
 
 
-def train_command(out: Path, arm: str, seed: int, budget: Budget, extra: list[str] | None = None) -> list[str]:
+def study_overrides(arm: str, switch: int | None = None, bmi_weight: float | None = None) -> list[str]:
+    """``arm``'s overrides for a study beside the protocol. ``switch`` N: one fixed averaging start for every
+    arm instead of each run's NT-ASGD trigger, the iterates from step N + 1 on averaged, and BMI-full's Phase
+    II from step N + 1 (``phase2_start`` N: the switch happens after step N), the alignment of a trigger
+    that fires at the evaluation after step N. ``bmi_weight``: the BMI arms' weight (paper: 0.1 on PTB,
+    0.02 on WT2); the baseline, which has no BMI term, is left alone (a dotted ``objective.bmi.weight``
+    given to it would add a BMI-full term with every other setting at its default)."""
+    out: list[str] = []
+    if switch is not None:
+        out += ["optim.average.nonmono=0", f"optim.average.start={switch + 1}"]
+        if arm == "full":
+            out.append(f"objective.bmi.phase2_start={switch}")
+    if bmi_weight is not None and arm != "baseline":
+        out.append(f"objective.bmi.weight={bmi_weight}")
+    return out
+
+
+def train_command(
+    out: Path,
+    arm: str,
+    seed: int,
+    budget: Budget,
+    extra: list[str] | None = None,
+    switch: int | None = None,
+    bmi_weight: float | None = None,
+    scale: str = "cpu",
+) -> list[str]:
     command = [
         sys.executable,
         "-m",
         "infolm",
         "train",
-        f"configs/ptb/bmi-{arm}.yaml",
+        f"configs/ptb/bmi-{arm}{SCALES[scale]}.yaml",
         f"run.dir={out / f'{arm}-s{seed}'}",
         f"run.seed={seed}",
         "train.progress=false",
@@ -175,7 +218,7 @@ def train_command(out: Path, arm: str, seed: int, budget: Budget, extra: list[st
         command.append(f"train.epochs={budget.epochs}")
     if arm == "full":
         command += budget.full_phase2
-    return command + list(extra or [])
+    return command + study_overrides(arm, switch, bmi_weight) + list(extra or [])
 
 
 POST_SWITCH_VALIDATIONS = 8  # validations a run keeps after its averaging switch (about two epochs)
@@ -307,16 +350,21 @@ def cmd_train(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
     recorded = records_of(args.budget)
-    # runs with extra overrides are not the protocol's: they never replace its records unasked
-    keep = budget.keep_records and not args.override
-    if budget.keep_records and args.override:
-        print(f"note: runs with --override are not archived into {recorded} (run `archive` to keep them)", flush=True)
+    # runs with extra overrides (or a study's settings) are not the protocol's: they never replace its
+    # records unasked, and a recorded protocol run does not stand for them
+    switch, bmi_weight = getattr(args, "switch_step", None), getattr(args, "bmi_weight", None)
+    scale = getattr(args, "scale", "cpu")
+    study = bool(args.override) or switch is not None or bmi_weight is not None or scale != "cpu"
+    keep = budget.keep_records and not study
+    if budget.keep_records and study:
+        print(f"note: runs with --override, --switch-step, --bmi-weight or --scale mid are not archived into "
+              f"{recorded} (run `archive` to keep them)", flush=True)  # fmt: skip
     for seed in args.seeds:
         for arm in args.arms:
             score_path = args.out / f"{arm}-s{seed}.score.json"
-            if score_path.exists() or recorded_score(recorded, f"{arm}-s{seed}"):
+            if score_path.exists() or (not study and recorded_score(recorded, f"{arm}-s{seed}")):
                 continue
-            command = train_command(args.out, arm, seed, budget, args.override)
+            command = train_command(args.out, arm, seed, budget, args.override, switch, bmi_weight, scale)
             shown = "OMP_NUM_THREADS=1 infolm " + shlex.join(command[3:])
             print(shown, flush=True)
             tick = time.perf_counter()
@@ -350,7 +398,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                 reverse_lm=budget.reverse, mi_estimator=budget.mi, gen_tokens=budget.gen_tokens,
             )  # fmt: skip
             write_json(score_path, record)
-            if keep:  # in the repository's tree at once: a lost machine keeps the numbers
+            if keep and arm in ARMS:  # in the repository's tree at once: a lost machine keeps the numbers
                 archive_scored(args.out, f"{arm}-s{seed}", recorded)
             print(
                 f"  {arm} s{seed}: valid {record['valid']['ppl']:.2f} test {record['test']['ppl']:.2f} "
@@ -418,7 +466,7 @@ def cmd_table(args: argparse.Namespace) -> None:
 
     def is_arm(path: Path) -> bool:
         key = split_name(path.name)
-        return key is not None and key[0] in ARMS and (path / "metrics.jsonl").exists()
+        return key is not None and key[0] in ARMS + EXTRA_ARMS and (path / "metrics.jsonl").exists()
 
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in runs_and_records([args.out, *args.records], is_arm):
@@ -533,9 +581,19 @@ def main() -> None:
     train = sub.add_parser("train", help="train and score the arms (resumes cut runs, skips scored ones)")
     train.add_argument("--out", type=Path, default=None, help="default: runs/bmi-ptb-table2-BUDGET")
     train.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="default: the protocol's")
-    train.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="default: the protocol's")
+    train.add_argument(
+        "--arms", nargs="+", default=list(ARMS), choices=ARMS + EXTRA_ARMS, help="default: the protocol's"
+    )
     train.add_argument("--budget", choices=sorted(BUDGETS), default="converged")
     train.add_argument("--override", nargs="*", default=[], help="extra KEY=VALUE overrides of every run (last wins)")
+    train.add_argument(
+        "--switch-step",
+        type=int,
+        default=None,
+        help="N: every arm averages from step N+1 and BMI-full's Phase II starts there (not the NT-ASGD trigger)",
+    )
+    train.add_argument("--bmi-weight", type=float, default=None, help="the BMI arms' weight (paper: 0.1 PTB, 0.02 WT2)")
+    train.add_argument("--scale", choices=sorted(SCALES), default="cpu", help="cpu: the protocol's size; mid: 3.8M")
     table = sub.add_parser("table", help="per run: switch steps and time per step, and the curves (--png)")
     table.add_argument("--out", type=Path, default=Path("runs/bmi-ptb-table2-converged"))
     table.add_argument("--budget", choices=sorted(BUDGETS), default=None, help="--out runs/bmi-ptb-table2-BUDGET")
@@ -553,6 +611,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "table" and args.budget is not None:
         args.out = Path(f"runs/bmi-ptb-table2-{args.budget}")
+    if args.command == "train":
+        studied = args.override or args.switch_step is not None or args.bmi_weight is not None or args.scale != "cpu"
+        if args.out is None and (studied or set(args.arms) - set(ARMS)):
+            sys.exit("error: runs that are not the protocol's (--override, --switch-step, --bmi-weight, --scale "
+                     "mid, --arms placebo) need an --out of their own")  # fmt: skip
+        if args.switch_step is not None and args.switch_step < 0:
+            sys.exit(f"error: --switch-step must be non-negative, got {args.switch_step}")
     if args.out is None:
         args.out = Path(f"runs/bmi-ptb-table2-{args.budget}")
     if args.command == "train":

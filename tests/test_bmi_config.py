@@ -99,3 +99,31 @@ def test_the_clip_bounds_the_language_model_and_leaves_the_discriminator_out(tmp
     assert norm(discriminator) > 0
     assert norm(list(model.parameters())) == pytest.approx(clip, rel=1e-4)  # not shared with D's gradient
     assert values["grad_norm"] > clip
+
+
+def test_the_placebo_config_is_bmi_base_without_the_lm_gradient() -> None:
+    placebo = to_dict(load_config(ROOT / "configs" / "ptb" / "bmi-placebo.yaml"))
+    base = to_dict(load_config(CONFIGS["base"]))
+    assert placebo["objective"]["bmi"].pop("lm_gradient") is False
+    for section in ("data", "model", "optim", "train", "objective"):
+        assert placebo[section] == base[section], section
+    validate_plugins(load_config(ROOT / "configs" / "ptb" / "bmi-placebo.yaml"))
+
+
+def test_the_mid_configs_are_the_cpu_configs_at_another_size() -> None:
+    """bmi-ARM-mid.yaml: the same recipe and BMI term as bmi-ARM.yaml, only the model's widths (and run dir)."""
+    sizes = {"emb": 200, "hidden": 300, "last_hidden": 200}
+    mids = {}
+    for arm in ("baseline", "base", "full", "placebo"):
+        cpu = to_dict(load_config(ROOT / "configs" / "ptb" / f"bmi-{arm}.yaml"))
+        mid = to_dict(load_config(ROOT / "configs" / "ptb" / f"bmi-{arm}-mid.yaml"))
+        assert {k: mid["model"][k] for k in sizes} == sizes
+        assert {k: v for k, v in mid["model"].items() if k not in sizes} == {
+            k: v for k, v in cpu["model"].items() if k not in sizes
+        }
+        for section in ("data", "optim", "train", "objective"):
+            assert mid[section] == cpu[section], (arm, section)
+        assert mid["run"]["dir"] == cpu["run"]["dir"] + "-mid"
+        mids[arm] = load_config(ROOT / "configs" / "ptb" / f"bmi-{arm}-mid.yaml")
+        validate_plugins(mids[arm])
+    assert mids["placebo"].objective["bmi"]["lm_gradient"] is False

@@ -209,6 +209,43 @@ def test_bmi_driver_arms_differ_only_in_the_regularizer(budget: str, tmp_path: P
         assert (average["nonmono"], average["start"], phase2) == (0, 50, 50)
 
 
+@pytest.mark.parametrize("budget", ["converged", "smoke"])
+def test_bmi_driver_studies_fix_one_switch_set_the_weight_and_train_the_placebo(budget: str, tmp_path: Path) -> None:
+    """--switch-step N: every arm averages from step N + 1 (no trigger), BMI-full's Phase II follows step N;
+    --bmi-weight: the BMI arms' weight, the baseline without a BMI term; the placebo arm is BMI-base's
+    recipe with the LM's gradient off."""
+    module = experiment("bmi_ptb_table2")
+    configs = {}
+    for arm in (*module.ARMS, *module.EXTRA_ARMS):
+        command = module.train_command(tmp_path, arm, 0, module.BUDGETS[budget], [], switch=16000, bmi_weight=0.02)
+        configs[arm] = load_config(ROOT / command[4], command[5:])
+    for config in configs.values():
+        average = config.optim.average
+        assert (average["name"], average["nonmono"], average["start"]) == ("tail", 0, 16001)
+    assert set(configs["baseline"].objective) == {"mle", "ar", "tar"}
+    assert configs["full"].objective["bmi"]["phase2_start"] == 16000
+    for arm in ("base", "full", "placebo"):
+        assert configs[arm].objective["bmi"]["weight"] == 0.02
+    assert configs["placebo"].objective["bmi"]["lm_gradient"] is False
+    assert configs["placebo"].objective["bmi"]["variant"] == "base"
+    assert module.study_overrides("baseline") == [] and module.study_overrides("full", bmi_weight=0.1) == [
+        "objective.bmi.weight=0.1"
+    ]
+    mid = module.train_command(tmp_path, "placebo", 0, module.BUDGETS[budget], scale="mid")
+    assert mid[4] == "configs/ptb/bmi-placebo-mid.yaml" and load_config(ROOT / mid[4], mid[5:]).model["hidden"] == 300
+
+
+def test_bmi_driver_wants_an_out_of_its_own_for_a_study() -> None:
+    driver = str(ROOT / "experiments" / "bmi_ptb_table2.py")
+    done = subprocess.run(
+        [sys.executable, driver, "train", "--seeds", "0", "--bmi-weight", "0.02"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1 and "--out" in done.stderr
+
+
 def test_bmi_driver_reads_time_per_step_and_the_discriminator_from_the_log() -> None:
     module = experiment("bmi_ptb_table2")
     records = [

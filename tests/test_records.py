@@ -220,6 +220,11 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
     assert [name for name, _ in seen] == ["baseline-s1", "full-s1"]
     assert sorted(path.name for path in kept.iterdir()) == ["baseline-s0", "full-s0", "real-s0"]
     assert (kept / "full-s0" / "record.json").read_bytes() == before
+    seen.clear()  # a study of a seed the protocol has recorded trains its own runs: the records do not stand for them
+    study = {"out": tmp_path / "w002", "override": [], "switch_step": 100, "bmi_weight": 0.02}
+    module.cmd_train(argparse.Namespace(**{**vars(args), **study}))
+    assert [name for name, _ in seen] == ["baseline-s0", "full-s0"]
+    assert (kept / "full-s0" / "record.json").read_bytes() == before
 
 
 def test_table5_1_train_scores_and_archives_each_run_that_ends_by_itself(tmp_path: Path, monkeypatch) -> None:

@@ -99,6 +99,14 @@ class Objective(nn.Module):
     def on_evaluation(self, step: int, valid_loss: float) -> None:
         """Called by the trainer after each validation evaluation."""
 
+    def evaluation_metrics(self, model: nn.Module) -> dict[str, float]:
+        """Floats the trainer adds to each validation record of ``metrics.jsonl`` (default: none).
+
+        Called after the task's evaluation, before ``on_evaluation``, with the training weights (not the
+        averaged ones: what the term trains with); a term that runs ``model`` restores its mode, and draws
+        from no global random generator (a run must not change because it is measured)."""
+        return {}
+
     def pop_lr_reset(self) -> float | None:
         """A learning rate the trainer must set now (once), e.g. when a delayed term starts; else None."""
         return None
@@ -182,6 +190,14 @@ class Composite(Objective):
     def on_evaluation(self, step: int, valid_loss: float) -> None:
         for _, term in self.named_terms():
             term.on_evaluation(step, valid_loss)
+
+    def evaluation_metrics(self, model: nn.Module) -> dict[str, float]:
+        """Every term's evaluation metrics but those of a term with weight 0 (not evaluated at all)."""
+        out: dict[str, float] = {}
+        for name, term in self.named_terms():
+            if self.weight(name) != 0.0:
+                out.update(term.evaluation_metrics(model))
+        return out
 
     def pop_lr_reset(self) -> float | None:
         chosen = None

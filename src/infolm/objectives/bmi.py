@@ -13,6 +13,19 @@ The term samples its own sentence pairs from the training split at every call an
 them from ``model.init_state``; it does not use the trainer's stream batch. Its losses are ``bmi``
 (Phase I) and ``bmi_raml`` (Phase II). theta has its own Adam (``param_groups``).
 
+Placebo (``lm_gradient: false``): Phase I trains D_theta exactly as before (the same samples, dropout
+masks and scores), but on phi detached from the LM, so the LM gets no gradient from the term: what
+is left of BMI is its cost, its random draws and a discriminator watching the LM's features. Phase II
+(IW-RAML, Eq. 16) trains the LM alone (its reward and weights are constants, theta gets nothing from it),
+so its placebo would be no loss at all: the placebo is Phase I only, and ``variant: full`` with it is
+refused (the placebo of BMI-full and of BMI-base is the same run).
+
+Diagnostics (``evaluation_metrics``, at every evaluation, with the training weights in evaluation mode,
+from random draws of their own): D_theta's accuracy, Eq. 6 proxy and Eq. 4 bound on ``valid_pairs``
+fixed held-out pairs of the valid split, and for the same pairs what IW-RAML's weights would be (in any
+variant and phase): their ESS, the weight on Y* itself, and both for the proposal weights 1/G alone
+(``objectives/bmi_diagnostics.py``).
+
 Choices where the paper is silent: phi pools ``output.hiddens`` (the layer outputs the model
 returns, dropout included in training) over each sentence's real tokens; the IW-RAML loss is the
 weighted *summed* log-likelihood of Y~ divided by the minibatch's mean length of Y~ (a constant
@@ -36,6 +49,7 @@ from infolm.errors import InfolmError
 from infolm.evaluation.mi import PairDiscriminator, dv_mi_lower_bound, jsd_mi_lower_bound
 from infolm.models.base import LanguageModel
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
+from infolm.objectives.bmi_diagnostics import HeldOutPairs, discriminator_accuracy, raml_weight_diagnostics
 from infolm.optim.ntasgd import NonMonotoneTrigger
 
 
@@ -55,6 +69,9 @@ class BMIConfig:
     lam: float = 0.3  # lambda of the geometric proposal G, Eq. 15; paper 0.3
     beta: float = 1.0  # RAML temperature beta of the pay-off exp(r / beta), Eq. 13; paper 1
     features: str = "hiddens"  # hiddens | raw_hiddens: the per-layer states that phi max-pools
+    lm_gradient: bool = True  # false: placebo, D_theta trains on phi without a graph, the LM gets no gradient
+    valid_pairs: int = 500  # fixed held-out valid pairs for the diagnostics of every evaluation (0: none)
+    valid_seed: int = 0  # seed of their one draw (chosen here; the paper reports no such diagnostics)
 
     def __post_init__(self) -> None:
         if self.variant not in ("full", "base"):
@@ -75,6 +92,13 @@ class BMIConfig:
             raise InfolmError("objective.bmi.beta and objective.bmi.lr must be positive")
         if self.phase2_start is not None and self.phase2_start < 0:
             raise InfolmError(f"objective.bmi.phase2_start must be non-negative, got {self.phase2_start}")
+        if not self.lm_gradient and self.variant == "full":
+            raise InfolmError(
+                "objective.bmi.lm_gradient false is the placebo of Phase I; Phase II trains only the LM, so it has "
+                "no placebo: use variant base"
+            )
+        if self.valid_pairs < 0:
+            raise InfolmError(f"objective.bmi.valid_pairs must be non-negative, got {self.valid_pairs}")
 
 
 def max_pool_features(layers: list[Tensor], lengths: Tensor) -> Tensor:
@@ -137,6 +161,7 @@ class BMI(Objective):
         self.discriminator: PairDiscriminator | None = None
         self.phase2 = False
         self.trigger = NonMonotoneTrigger(config.nonmono)
+        self.held_out: HeldOutPairs | None = None
 
     # --- setup and optimizer ---
 
@@ -148,7 +173,12 @@ class BMI(Objective):
                 f"objective bmi pairs consecutive sentences of the training text, one per line: it has {lines} "
                 "line; give it at least two"
             )
-        self.index = SentenceIndex.from_corpus(corpus, "train", max_len=self.config.max_sentence_len)
+        c = self.config
+        self.index = SentenceIndex.from_corpus(corpus, "train", max_len=c.max_sentence_len)
+        # the held-out pairs of the diagnostics; none without a valid split of two lines or more
+        if c.valid_pairs > 0 and "valid" in getattr(corpus, "splits", ()) and corpus.num_sentences("valid") >= 2:
+            valid = SentenceIndex.from_corpus(corpus, "valid", max_len=c.max_sentence_len)
+            self.held_out = HeldOutPairs.draw(valid, c.valid_pairs, c.lam, c.valid_seed)
         if self.discriminator is None:
             self.discriminator = PairDiscriminator(self.feature_size(cast(LanguageModel, model)), self.config.hidden)
 
@@ -230,6 +260,10 @@ class BMI(Objective):
         tokens, lengths = self.index.batch(torch.cat(indices))
         tokens, lengths = tokens.to(device), lengths.to(device)
         phi = self.features(lm, tokens, lengths)  # (k*M, F)
+        if not c.lm_gradient:
+            # placebo: detached, not computed without a graph, so D_theta sees the very same numbers
+            # (the LSTM's inference kernels differ in the last bits) and gets the very same gradient
+            phi = phi.detach()
         phi_x, phi_y, phi_neg = phi[:m], phi[m : 2 * m], phi[2 * m : 3 * m]
         pos, neg = self.discriminator(phi_x, phi_y), self.discriminator(phi_x, phi_neg)  # (M,), (M,)
 
@@ -238,7 +272,7 @@ class BMI(Objective):
             terms.losses["bmi"] = -c.phase1_weight * jsd_mi_lower_bound(pos, neg)  # maximize Eq. 6
         with torch.no_grad():
             terms.metrics["bmi_mine"] = float(dv_mi_lower_bound(pos, neg))  # Eq. 4 on this minibatch
-            terms.metrics["bmi_acc"] = float(((pos > 0).float().mean() + (neg < 0).float().mean()) / 2)
+            terms.metrics["bmi_acc"] = float(discriminator_accuracy(pos, neg))
         terms.metrics["bmi_phase"] = 2.0 if self.phase2 else 1.0
 
         if use_phase2:
@@ -250,6 +284,38 @@ class BMI(Objective):
             log_q = conditional_log_likelihood(lm, x_tokens, x_len, y_tokens, y_len, self.index.pad_id)  # (M,)
             raml = -(weights * log_q).sum() / y_len.float().mean()
             terms.losses["bmi_raml"] = c.phase2_weight * raml
-            terms.metrics["bmi_raml_ess"] = float(1.0 / (weights**2).sum())  # effective sample size of the IS
+            # ESS of the IS and the weight on Y* (offset 0 of G), each against the proposal weights 1/G alone
+            is_true = (tilde_idx == y_idx).to(device)
+            terms.metrics.update(raml_weight_diagnostics(weights, log_g.to(device), is_true, prefix="bmi_raml_"))
             terms.metrics["bmi_raml_reward"] = float(reward.mean())
         return terms
+
+    # --- diagnostics at every evaluation ---
+
+    def evaluation_metrics(self, model: nn.Module) -> dict[str, float]:
+        """D_theta and IW-RAML's weights on the fixed held-out pairs (``bmi_diagnostics.HeldOutPairs``)."""
+        if self.held_out is None or self.discriminator is None:
+            return {}
+        c, pairs, lm = self.config, self.held_out, cast(LanguageModel, model)
+        device = next(model.parameters()).device
+        if pairs.index.stream.device != device:
+            pairs.index = pairs.index.to(device)
+        was_training, d_was_training = model.training, self.discriminator.training
+        model.eval()  # no dropout: the scores are a function of the weights alone, and no random draws
+        self.discriminator.eval()
+        try:
+            with torch.no_grad():
+                n = pairs.x.numel()
+                phi = torch.cat(
+                    [
+                        self.features(lm, *pairs.index.batch(chunk))
+                        for chunk in torch.cat([pairs.x, pairs.y, pairs.neg, pairs.tilde]).split(256)
+                    ]
+                )  # (4n, F)
+                phi_x = phi[:n]
+                pos, neg = self.discriminator(phi_x, phi[n : 2 * n]), self.discriminator(phi_x, phi[2 * n : 3 * n])
+                tilde = self.discriminator(phi_x, phi[3 * n :])
+        finally:
+            model.train(was_training)
+            self.discriminator.train(d_was_training)
+        return pairs.scores_diagnostics(pos.float(), neg.float(), tilde.float(), c.batch_size, c.beta)

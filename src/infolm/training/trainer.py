@@ -318,6 +318,7 @@ class Trainer:
         record[f"best_{result.log_name(result.selection)}"] = best
         if self.averager is not None:
             record.update(self.averager.metrics())
+        record.update(self.objective.evaluation_metrics(self.model))  # a term's own diagnostics
         self.metrics.write(record)
         lr_before = self.schedule.lr
         if patient or improved:  # before patience_from_step the schedule learns only of a new best
