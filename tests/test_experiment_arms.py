@@ -459,11 +459,11 @@ def test_fig5_default_grid_is_the_protocols() -> None:
     """On the converged schedule the λ and seeds default to those the thesis-ch5 protocol reads."""
     module = experiment("thesis_fig5_synthetic")
     grid = module.protocol_grid("thesis-fig5-synthetic-converged", module.DEFAULT_FIGURES)
-    assert grid == ([-0.05, 0.0, 0.1, 0.2, 0.3, 0.45, 0.65], [0, 1, 2])
+    assert grid == ([0.1, 0.15, 0.2, 0.3, 0.45, 0.65], [0, 1, 2])
     assert module.protocol_grid("thesis-fig5-synthetic", module.DEFAULT_FIGURES) is None
     # each curve only at the λ the protocol reads of it: the widened grid is the DReG 16 pair's alone
     arms = module.protocol_arms("thesis-fig5-synthetic-converged", "fig5_3_continuous")
-    assert {"dreg-16-kl-lam0.2", "dreg-16-renyi-lam-0.05", "elbo-lam0.3"} <= arms and "elbo-lam0.2" not in arms
+    assert {"dreg-16-kl-lam0.2", "dreg-16-renyi-lam0.15", "elbo-lam0.3"} <= arms and "elbo-lam0.2" not in arms
 
 
 def test_smim_table_reuses_a_report_only_for_the_settings_it_was_computed_with(tmp_path: Path) -> None:
