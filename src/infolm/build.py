@@ -332,6 +332,29 @@ def _load_checkpoint_weights(model: torch.nn.Module, checkpoint: Path) -> list[s
         raise InfolmError(f"cannot load weights from {checkpoint}: {str(error).splitlines()[0]}") from None
 
 
+def _named(names: Sequence[str]) -> str:
+    """The first ``MISSING_SHOWN`` of ``names`` and how many there are, for a one-line refusal."""
+    shown = ", ".join(names[:MISSING_SHOWN]) + (", ..." if len(names) > MISSING_SHOWN else "")
+    return f"{shown} ({len(names)} in all)"
+
+
+def _load_run_weights(model: torch.nn.Module, run_dir: Path, checkpoint: Path) -> None:
+    """Load a run's own evaluation weights into the model its config builds: every weight, or a refusal.
+
+    The file loader is lenient (it returns the names a file lacks) for ``init_weights``, where a model
+    that starts from another run adds weights of its own (a classification head). Here the model is the
+    one the run trained, so nothing may be lacking: tied weights are restored from the file's aliases,
+    non-persistent buffers are not in a state dict, persistent ones (a codebook, a length prior) are
+    written with the weights, and the evaluation weights of a run with weight averaging are the averaged
+    copy of the same model. A lacking name would otherwise keep its random initial value unseen."""
+    lacking = sorted(_load_checkpoint_weights(model, checkpoint))
+    if lacking:
+        raise InfolmError(
+            f"run directory {run_dir}: checkpoint {checkpoint.name} lacks weights of the run's model: "
+            f"{_named(lacking)}; the checkpoint is incomplete or the model settings (model.*) were changed"
+        )
+
+
 def init_checkpoint(config: Config) -> str:
     """Which checkpoint of ``run.init_from`` the run starts from (``Task.init_checkpoint``): best or last."""
     from infolm.tasks import TASKS, Task
@@ -363,10 +386,9 @@ def init_weights(model: torch.nn.Module, run_dir: str | Path, corpus: Corpus, wh
     new_here = getattr(model, "new_in_finetuning", None)  # weights the model adds (a classification head)
     lacking = sorted(set(missing) - (set(new_here()) if callable(new_here) else set()))
     if lacking:
-        shown = ", ".join(lacking[:MISSING_SHOWN]) + (", ..." if len(lacking) > MISSING_SHOWN else "")
         raise InfolmError(
-            f"run.init_from={run_dir}: checkpoint {chosen.name} lacks weights the model needs: {shown} "
-            f"({len(lacking)} in all); the model settings (model.*) must be those of the run it starts from"
+            f"run.init_from={run_dir}: checkpoint {chosen.name} lacks weights the model needs: {_named(lacking)}; "
+            "the model settings (model.*) must be those of the run it starts from"
         )
 
 
@@ -419,7 +441,7 @@ def load_run(
     if saved_vocab.itos != corpus.vocab.itos:
         raise InfolmError(f"the data of {run_dir} no longer gives the vocabulary the run was trained with")
     model = build_model(config, len(corpus.vocab), eos_of(corpus.vocab), unk_of(corpus.vocab))
-    _load_checkpoint_weights(model, chosen)
+    _load_run_weights(model, run_dir, chosen)
     model.to(device).eval()
     return config, corpus, model
 
@@ -442,7 +464,7 @@ def load_run_model(run_dir: str | Path, device: str = "cpu") -> tuple[Config, La
         raise InfolmError(f"run directory {run_dir} has no checkpoint yet")
     vocab = Vocab.load(run_dir / "vocab.json")
     model = build_model(config, len(vocab), eos_of(vocab), unk_of(vocab))
-    _load_checkpoint_weights(model, chosen)
+    _load_run_weights(model, run_dir, chosen)
     model.to(device).eval()
     return config, model, chosen
 
