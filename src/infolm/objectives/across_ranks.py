@@ -9,7 +9,8 @@ with the whole batch:
 * ``gather_with_grad``: every rank's rows of a representation; the backward pass sums the gradients
   that every rank's queries send to a row and gives the sum to the rank that computed the row;
 * ``mean_over_ranks``: the mean of every rank's per-query losses, with a gradient that, averaged over
-  ranks as the trainer averages it, is the gradient of that mean;
+  ranks as the trainer averages it, is the gradient of that mean (``mean_of_rank_sums``: the same from
+  each rank's sum and count, for a loss that sums its items itself);
 * ``gather_batch``: every rank's rows in the order of the global batch, and where this rank's are;
 * ``global_rows``: a local row's index in the global batch.
 
@@ -18,6 +19,7 @@ Without an initialised process group, or with one process, each is its one-proce
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -106,12 +108,24 @@ def mean_over_ranks(per_query: Tensor) -> Tensor:
     the global batch on every rank; its gradient is P / N times this rank's sum, so that the trainer's
     average of the ranks' gradients (``training/distributed.py``) is the gradient of the global mean
     whatever share of the N queries each rank holds."""
+    if world()[1] == 1:
+        return per_query.mean()
+    return mean_of_rank_sums(per_query.sum(), per_query.numel())
+
+
+def mean_of_rank_sums(local_sum: Tensor, local_count: int, empty: float = math.nan) -> Tensor:
+    """The mean over every rank's items, from this rank's sum over its ``local_count`` items (a rank with
+    none passes a zero that keeps the graph, and must still call: the count is a collective). As
+    ``mean_over_ranks``: the value is the global mean on every rank; the gradient is P / N times this
+    rank's sum's, with N all-reduced and carrying no gradient. ``empty``: the value where no rank has an
+    item (torch's mean of nothing is nan). With one process: ``local_sum / local_count``."""
     _, size = world()
     if size == 1:
-        return per_query.mean()
-    local_sum = per_query.sum()
-    totals = torch.stack([local_sum.detach().double(), local_sum.new_tensor(per_query.numel(), dtype=torch.double)])
+        return local_sum / local_count if local_count else local_sum * 0.0 + empty
+    totals = torch.stack([local_sum.detach().double(), local_sum.new_tensor(local_count, dtype=torch.double)])
     dist.all_reduce(totals)
     total, count = totals[0], totals[1]
+    if count == 0:  # the same on every rank: no further collective hangs on it
+        return local_sum * 0.0 + empty
     scaled = local_sum * (size / count).to(local_sum.dtype)
     return scaled + ((total / count).to(local_sum.dtype) - scaled).detach()

@@ -14,6 +14,9 @@ sentence i is that sentence's [CLS] x_1..x_q, followed by [MASK] up to its own l
 (the masked future keeps the sentence's length); the IMM passes run without dropout (as the LSTM
 IMM of this package); positions can be subsampled per batch (``positions_per_batch``; the paper uses
 every location).
+
+Under ``torchrun`` the loss is the mean over every rank's locations (``across_ranks.mean_of_rank_sums``);
+``positions_per_batch`` then bounds each rank's locations.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from infolm.data.subwords import SEP_ID, EncoderData, SubwordSentences
 from infolm.data.wordpiece import MASK, SPECIALS
 from infolm.errors import InfolmError
 from infolm.models.base import eval_mode
+from infolm.objectives.across_ranks import mean_of_rank_sums, world
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.imm import crosstalk_induced_cross_entropy, induced_cross_entropy
 
@@ -124,8 +128,10 @@ class IMMMLM(Objective):
         device = batch.inputs.device
         contexts = self._locations(batch)  # (P,) the subword before each chosen location
         terms = Terms(clip_groups={"imm-mlm": self.config.clip}, metrics={"imm_positions": float(len(contexts))})
+        distributed = world()[1] > 1
         if len(contexts) == 0:
-            terms.losses["imm-mlm"] = output.sentence.sum() * 0.0
+            nothing = output.sentence.sum() * 0.0
+            terms.losses["imm-mlm"] = mean_of_rank_sums(nothing, 0, empty=0.0) if distributed else nothing
             return terms
         bigram = self.restricted.next_token_distribution(contexts[:, None])  # (P, V) P̂(y | x_{t-1})
         target = real_subword_target(bigram).to(device)  # (P, V) no mass on the specials
@@ -148,11 +154,15 @@ class IMMMLM(Objective):
                 logits = model.mlm_logits(model.mlm_features(picked)).float()  # type: ignore[operator]
             return torch.log_softmax(logits, -1).view(-1, num_positions, logits.size(-1))  # (c, P, V)
 
+        # under torchrun: this rank's sum over its locations (weights of one), divided by every rank's
+        # count, so that each location weighs the same whichever rank holds it (one process: the mean)
+        weights = torch.ones(num_positions, device=device) if distributed else None
         if num_chunks == 1:
-            terms.losses["imm-mlm"] = induced_cross_entropy(target, sample_fn(0))
+            loss = induced_cross_entropy(target, sample_fn(0), weights)
         else:
             params = [p for p in model.parameters() if p.requires_grad]
-            terms.losses["imm-mlm"] = crosstalk_induced_cross_entropy(sample_fn, num_chunks, target, params)
+            loss = crosstalk_induced_cross_entropy(sample_fn, num_chunks, target, params, weights)
+        terms.losses["imm-mlm"] = mean_of_rank_sums(loss, num_positions, empty=0.0) if distributed else loss
         return terms
 
     def _locations(self, batch: Batch) -> Tensor:

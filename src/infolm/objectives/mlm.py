@@ -1,5 +1,9 @@
 """Masked language modelling (Devlin et al.): cross-entropy of the original subword at each masked
-position under a softmax over the whole vocabulary (Kong et al. Eq. 2, InfoNCE with B = V)."""
+position under a softmax over the whole vocabulary (Kong et al. Eq. 2, InfoNCE with B = V).
+
+The loss is the mean over the masked subwords of the batch; under ``torchrun`` over every rank's
+(``across_ranks.mean_over_ranks``), so that each masked subword weighs the same whichever rank holds it.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from infolm.data.masking import IGNORE_INDEX, MLM_INPUTS
+from infolm.objectives.across_ranks import mean_over_ranks, world
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 
 
@@ -41,5 +46,8 @@ class MaskedLM(Objective):
         masked = batch.targets != IGNORE_INDEX  # (B, T)
         states = masked_states(model, batch, output)[masked]  # (N, D)
         logits = model.mlm_logits(model.mlm_features(states))  # type: ignore[operator]  # (N, V)
-        loss = F.cross_entropy(logits.float(), batch.targets[masked])
+        if world()[1] == 1:
+            loss = F.cross_entropy(logits.float(), batch.targets[masked])
+        else:  # the mean over every rank's masked subwords, not each rank's mean averaged
+            loss = mean_over_ranks(F.cross_entropy(logits.float(), batch.targets[masked], reduction="none"))
         return Terms(losses={"mlm": loss}, tokens=int(masked.sum()))
