@@ -103,14 +103,14 @@ def gather_with_grad(local: Tensor) -> tuple[Tensor, int]:
     return rows, int(start)
 
 
-def mean_over_ranks(per_query: Tensor) -> Tensor:
-    """The mean of every rank's per-query losses (each rank passes its own). Its value is the mean over
-    the global batch on every rank; its gradient is P / N times this rank's sum, so that the trainer's
-    average of the ranks' gradients (``training/distributed.py``) is the gradient of the global mean
-    whatever share of the N queries each rank holds."""
-    if world()[1] == 1:
+def mean_over_ranks(per_query: Tensor, empty: float = math.nan) -> Tensor:
+    """The mean of every rank's per-query losses (each rank passes its own, possibly none). Its value is
+    the mean over the global batch on every rank; its gradient is P / N times this rank's sum, so that
+    the trainer's average of the ranks' gradients (``training/distributed.py``) is the gradient of the
+    global mean whatever share of the N queries each rank holds. ``empty``: the value without queries."""
+    if world()[1] == 1 and per_query.numel():
         return per_query.mean()
-    return mean_of_rank_sums(per_query.sum(), per_query.numel())
+    return mean_of_rank_sums(per_query.sum(), per_query.numel(), empty)
 
 
 def mean_of_rank_sums(local_sum: Tensor, local_count: int, empty: float = math.nan) -> Tensor:

@@ -11,6 +11,10 @@ distribution of the training subwords raised to ``unigram_power``.
 
 Where the paper is silent: the words are subwords (WordPiece rows of the task, specials excluded),
 pairs are subsampled to ``max_pairs`` per batch.
+
+Under ``torchrun`` the loss is the mean over every rank's pairs (``across_ranks.mean_over_ranks``): each
+pair weighs the same whichever rank holds it. The negatives are draws from q for each pair, not other
+pairs' words, so no candidate is gathered from other ranks; ``max_pairs`` bounds each rank's pairs.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from torch import Tensor, nn
 from infolm.data.masking import IGNORE_INDEX
 from infolm.data.subwords import EncoderData
 from infolm.errors import InfolmError
+from infolm.objectives.across_ranks import mean_over_ranks
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.infonce import info_nce, local_nce
 
@@ -101,14 +106,16 @@ class SkipGramNCE(Objective):
         if len(centers) > self.config.max_pairs:
             keep = torch.randperm(len(centers), device=centers.device)[: self.config.max_pairs]
             centers, contexts = centers[keep], contexts[keep]
-        draws = torch.multinomial(self.proposal, len(centers) * self.config.negatives, replacement=True)
+        num_draws = len(centers) * self.config.negatives  # none without pairs (a rank's share can have none)
+        draws = torch.multinomial(self.proposal, num_draws, replacement=True) if num_draws else centers.new_zeros(0)
         draws = draws.view(len(centers), self.config.negatives).to(centers.device)  # (N, K)
         g_word = model.word_embeddings(centers)  # type: ignore[operator]  # (N, D) g_ω
         positive = (g_word * self.context(contexts)).sum(-1)  # (N,)
         negative = torch.einsum("nd,nkd->nk", g_word, self.context(draws))  # (N, K)
         if self.config.form == "infonce":
             scores = torch.cat([positive[:, None], negative], dim=1).float()
-            loss = info_nce(scores, torch.zeros(len(scores), dtype=torch.long, device=scores.device)).mean()
+            per_pair = info_nce(scores, torch.zeros(len(scores), dtype=torch.long, device=scores.device))
         else:
-            loss = local_nce(positive.float(), negative.float()).mean()
+            per_pair = local_nce(positive.float(), negative.float())
+        loss = mean_over_ranks(per_pair, empty=0.0)  # the mean over every rank's pairs; 0 without any
         return Terms(losses={"skipgram-nce": loss}, metrics={"skipgram_pairs": float(len(centers))})

@@ -1,0 +1,104 @@
+"""skipgram-nce under data parallelism: two gloo ranks holding unequal numbers of (word, context) pairs
+give the loss of one process on the whole batch, and the gradient the trainer averages over the ranks
+is that process's gradient (the mean is over every rank's pairs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from infolm.data.masking import IGNORE_INDEX
+from infolm.data.subwords import EncoderData, SubwordSentences
+from infolm.data.vocab import Vocab
+from infolm.models.encoder import Encoder, EncoderConfig
+from infolm.objectives.base import OBJECTIVES, Batch
+from infolm.objectives.skipgram_nce import context_pairs
+
+VOCAB = 20
+NEGATIVE = 10  # every unigram draw: the proposal is put on this one subword, so the ranks draw alike
+# Rows dealt round robin: rank 0 holds rows 0, 2, 4, rank 1 rows 1 and 3.
+SENTENCES = {
+    "unequal": [[5, 6, 7, 8, 9, 10, 11, 12], [6, 9], [7, 5, 6, 11, 12, 13], [12], [8, 9, 5, 6]],
+    "empty-rank": [[5, 6, 7, 8, 9, 10, 11, 12], [], [7, 5, 6, 11, 12, 13], [7], [8, 9, 5, 6]],
+}
+FORMS = ["infonce", "negative-sampling"]
+WINDOW = 2
+
+
+def sentence_batch(sentences: list[list[int]]) -> Batch:
+    rows = SubwordSentences.from_ids(sentences)
+    return Batch(rows.rows, torch.full_like(rows.rows, IGNORE_INDEX), padding_mask=rows.real())
+
+
+def loss_and_gradients(form: str, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The term's loss on ``batch`` and, after the trainer's cross-rank averaging, every gradient."""
+    from infolm.training.distributed import average_gradients
+
+    torch.manual_seed(0)
+    config = EncoderConfig(dim=16, layers=1, heads=2, ff_dim=32, max_len=32, init_std=0.2)
+    encoder = Encoder(config, VOCAB).eval()
+    term = OBJECTIVES.build("skipgram-nce", {"form": form, "window": WINDOW, "negatives": 3})
+    train = SubwordSentences.from_ids(SENTENCES["unequal"])
+    term.setup(EncoderData(Vocab([str(i) for i in range(VOCAB)]), None, {"train": train}), encoder)
+    with torch.no_grad():
+        term.context.weight.normal_(0.0, 0.5)  # not word2vec's zeros: both tables then get a gradient
+    term.proposal = torch.zeros(VOCAB)
+    term.proposal[NEGATIVE] = 1.0
+    loss = term(encoder, batch, encoder(batch.inputs)).total()
+    loss.backward()
+    params = {"word_embeddings": encoder.word_embeddings.weight, "context": term.context.weight}
+    average_gradients(list(params.values()))
+    return loss.detach(), {k: p.grad.clone() for k, p in params.items()}
+
+
+def rank_main(rank: int, store: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        results = {}
+        for case, sentences in SENTENCES.items():
+            batch = sentence_batch(sentences)
+            local = batch.rows(torch.arange(rank, len(sentences), 2))
+            for form in FORMS:
+                results[case, form] = loss_and_gradients(form, local)
+        torch.save(results, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> list[dict]:
+    folder: Path = tmp_path_factory.mktemp("ranks")
+    mp.spawn(rank_main, args=(str(folder / "store"), str(folder / "out")), nprocs=2)
+    return [torch.load(folder / f"out.{rank}") for rank in range(2)]
+
+
+@pytest.mark.parametrize("case", list(SENTENCES))
+def test_the_ranks_hold_unequal_numbers_of_pairs(case):
+    batch = sentence_batch(SENTENCES[case])
+    pairs = [len(context_pairs(batch.inputs[r::2], batch.inputs[r::2] >= 5, WINDOW)[0]) for r in range(2)]
+    assert pairs == ([54, 2] if case == "unequal" else [54, 0])
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="no torch.distributed")
+@pytest.mark.parametrize("case", list(SENTENCES))
+@pytest.mark.parametrize("form", FORMS)
+def test_two_ranks_equal_one_process_on_the_whole_batch(two_ranks, case, form):
+    loss, grads = loss_and_gradients(form, sentence_batch(SENTENCES[case]))
+    assert torch.isfinite(loss)
+    for rank in range(2):
+        rank_loss, rank_grads = two_ranks[rank][case, form]
+        torch.testing.assert_close(rank_loss, loss, rtol=1e-5, atol=1e-6)
+        for key, grad in grads.items():
+            torch.testing.assert_close(rank_grads[key], grad, rtol=1e-4, atol=1e-6, msg=f"{form} {key} rank {rank}")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_batch_without_pairs_gives_a_zero_loss_and_gradient(form):
+    loss, grads = loss_and_gradients(form, sentence_batch([[], [7]]))  # was: multinomial of no samples raised
+    assert float(loss) == 0.0
+    assert all(not grad.any() for grad in grads.values())
