@@ -13,9 +13,10 @@ CUDA device's when CUDA is in use), puts the term's own state in their place, an
 the term's advanced state and puts the saved one back. The global generators then see only the model's
 primary pass (and whatever else the trainer runs), whatever the terms draw: with the same seed, the
 same batches and the same model, two runs draw the same primary dropout masks at every step, with any
-terms. A term's stream starts from a seed made of the run's seed and the term's name, so a term also
-draws the same numbers whichever other terms are present. Python's and numpy's global generators are
-not swapped: no term draws from them.
+terms. A term's stream starts from a seed made of the run's seed, the term's name and the process's rank
+under ``torchrun`` (``stream_seed``), so a term also draws the same numbers whichever other terms are
+present, and each rank draws its own numbers for its own rows (rank 0 those of a single process).
+Python's and numpy's global generators are not swapped: no term draws from them.
 
 The streams are not part of the objective's ``state_dict`` (a resumed run starts them afresh); they serve
 paired comparisons of short continuations (``infolm pilot``), not resumable training.
@@ -30,12 +31,16 @@ from typing import Any
 
 import torch
 
+from infolm.objectives.across_ranks import world
 from infolm.objectives.base import Composite
 
 
-def stream_seed(seed: int, name: str) -> int:
-    """The seed of term ``name``'s stream under run seed ``seed`` (stable across processes and versions)."""
-    return zlib.crc32(f"{seed}:{name}".encode())
+def stream_seed(seed: int, name: str, rank: int = 0) -> int:
+    """The seed of term ``name``'s stream on rank ``rank`` under run seed ``seed`` (stable across
+    processes and versions). Rank 0's is a single process's, so one process draws as it did before
+    ranks entered the seed; another rank's differs, else every rank would draw the same noise, masks
+    or samples for different rows."""
+    return zlib.crc32(f"{seed}:{name}".encode() if rank == 0 else f"{seed}:{name}:rank{rank}".encode())
 
 
 def _global_state() -> dict[str, Any]:
@@ -78,9 +83,15 @@ class RandomStream:
 class OwnStreams(Composite):
     """The terms of a Composite, each drawing from its own random stream (see the module docstring)."""
 
-    def __init__(self, composite: Composite, seed: int) -> None:
+    def __init__(self, composite: Composite, seed: int, rank: int | None = None) -> None:
+        """``rank``: the process's rank under ``torchrun``; None: its rank in the process group when a
+        term first draws (the trainer starts the group after the objective is built), 0 without one."""
         super().__init__(dict(composite.named_terms()))
-        self.streams = {name: RandomStream(stream_seed(seed, name)) for name, _ in self.named_terms()}
+        self.seed, self.rank = seed, rank
+        self.streams: dict[str, RandomStream] = {}  # made at each term's first draw
 
     def drawing(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        if name not in self.streams:
+            rank = world()[0] if self.rank is None else self.rank
+            self.streams[name] = RandomStream(stream_seed(self.seed, name, rank))
         return self.streams[name].active()
