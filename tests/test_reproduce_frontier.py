@@ -89,7 +89,7 @@ def test_curves_pair_at_equal_mi_and_gap_readings_are_named(tmp_path: Path) -> N
     assert at_55 not in result.control.values  # beyond MI 5: outside every curve
     text = render_page(page, [result])
     assert "A at MI 2, seed 0: between measured points at 1.00 and 3.00 (a gap wider than 1)" in text
-    assert "B at MI 5.5, seed 1: outside the measured 1.00-5.00" in text
+    assert "B at MI 5.5, seed 1: outside the span of its frontier, 1.00-5.00" in text
     assert "no record" in curve.verdict  # nothing was read, so nothing is claimed
 
 

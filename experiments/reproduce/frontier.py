@@ -97,7 +97,10 @@ def read(comparison: Comparison, points: Readings) -> tuple[list[Metric], Readin
                     )
                 else:
                     span = f"{front[0][0]:.{x_metric.digits}f}-{front[-1][0]:.{x_metric.digits}f}"
-                    skipped.append(f"{label} at {spec.x} {at:g}, seed {seed}: outside the measured {span}")
+                    skipped.append(
+                        f"{label} at {spec.x} {at:g}, seed {seed}: outside the span of its frontier, {span} "
+                        "(points beyond it are dominated or absent)"
+                    )
     return metrics, readings, skipped
 
 
