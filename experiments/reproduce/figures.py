@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from experiments.reproduce.records import Record
 from experiments.reproduce.render import ComparisonResult
@@ -68,14 +69,7 @@ def write_curve(result: ComparisonResult, path: Path) -> bool:
         ax.set_ylim(*spec["ylim"])
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"valid {field_name} (mean over seeds)")
-    ax.set_title(result.comparison.title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return True
+    return _save(fig, ax, result.comparison.title, path)
 
 
 def write_frontier(result: ComparisonResult, path: Path) -> bool:
@@ -121,7 +115,14 @@ def write_frontier(result: ComparisonResult, path: Path) -> bool:
         ax.axvline(at, color="grey", linestyle=":", linewidth=0.8)
     ax.set_xlabel(f"{spec.x} (mean over seeds)")
     ax.set_ylabel(f"{spec.y} (mean over seeds)")
-    ax.set_title(result.comparison.title, fontsize=9)
+    return _save(fig, ax, result.comparison.title, path)
+
+
+def _save(fig: Any, ax: Any, title: str, path: Path) -> bool:
+    """Title, grid and legend, then the PNG (no software tag, so that a rebuild writes the same bytes)."""
+    import matplotlib.pyplot as plt
+
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
