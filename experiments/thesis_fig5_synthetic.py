@@ -349,7 +349,10 @@ def main() -> None:
     if args.archive:
         for record in summary["runs"]:
             run = Path(record["run"])
-            if not is_record(run):
+            kept = records / record["figure"] / run.name
+            # a run that this call did not train and that is archived already keeps its record (and the
+            # command and wall time recorded when it was trained)
+            if not is_record(run) and ("wall_s" in record or not kept.exists()):
                 meta = {key: record[key] for key in ("command", "wall_s") if key in record}
                 archive_run(run, records / record["figure"], {"driver": "thesis_fig5_synthetic.py", **meta})
         print(f"archived the runs in {records}", file=sys.stderr)

@@ -455,6 +455,26 @@ def test_fig5_seeds_are_read_from_records(tmp_path: Path, monkeypatch, capsys) -
     assert len(diverged) == 1 and "diverged" in diverged[0] and math.isnan(diverged[0]["nll"])
 
 
+def test_fig5_archive_keeps_the_record_of_a_run_it_did_not_train(tmp_path: Path, monkeypatch) -> None:
+    """A finished run still in the run folder and archived already is not archived again by a later call
+    that trained other points: its record keeps the command and wall time of the job that made it."""
+    module = experiment("thesis_fig5_synthetic")
+    figure, (label, objective) = "fig5_3_continuous", module.FIGURES["fig5_3_continuous"][1][0]
+    records, out = tmp_path / "records", tmp_path / "out"
+    name = f"{module.slug(label)}-lam0.3-s0"
+    for folder in (out / figure / name, records / figure / name):
+        folder.mkdir(parents=True)
+        (folder / "config.yaml").write_text(json.dumps({"objective": objective(0.3)}))
+        (folder / "metrics.jsonl").write_text(json.dumps({"step": 5, "loss": 7.0, "mi": 1.0, "kl": 0.0}) + "\n")
+    kept = {"driver": "thesis_fig5_synthetic.py", "command": "the job that trained it", "wall_s": 12.5}
+    (records / figure / name / "record.json").write_text(json.dumps(kept))
+    argv = ["thesis_fig5_synthetic.py", "--steps", "5", "--lams", "0.3", "--seeds", "0", "--figures", figure,
+            "--curves", label, "--out", str(out), "--records", str(records), "--docs-img", "", "--archive"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    module.main()
+    assert json.loads((records / figure / name / "record.json").read_text()) == kept
+
+
 def test_fig5_default_grid_is_the_protocols() -> None:
     """On the converged schedule the λ and seeds default to those the thesis-ch5 protocol reads."""
     module = experiment("thesis_fig5_synthetic")
@@ -638,7 +658,21 @@ def test_smim_driver_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys
     monkeypatch.setattr(sys, "argv", [*argv, "--list-arms"])
     module.main()
     listed = capsys.readouterr().out.split()
-    assert {"smim", "svae", "svae-kl", "ae", "sentence-lstm", "gru-lm"} == set(listed)
+    assert {"smim", "smim-floor-6", "smim-floor-14", "svae", "svae-kl", "ae", "sentence-lstm", "gru-lm"} == set(listed)
+    # the runs are each arm at the seeds its comparisons read: the log-variance floors at seed 0 alone
+    monkeypatch.setattr(sys, "argv", [*argv, "--list-runs", "--seeds", "1"])
+    module.main()
+    runs = capsys.readouterr().out.split()
+    assert "smim-s1" in runs and not any("floor" in name for name in runs)
+    monkeypatch.setattr(sys, "argv", [*argv, "--list-runs", "--seeds", "0"])
+    module.main()
+    assert {"smim-floor-6-s0", "smim-floor-14-s0"} <= set(capsys.readouterr().out.split())
+    # a record scored before the aggregated-prior bound existed is read without it, said on stderr
+    monkeypatch.setattr(sys, "argv", [*argv, "--seeds", "0", "--sentences", "0", "--aggregate-prior", "--arms", "smim"])
+    module.main()
+    captured = capsys.readouterr()
+    assert "smim-s0: report-test-iwae500-all.json (record)" in captured.out.splitlines()
+    assert "smim-s0: a record scored before the aggregated-prior bound existed, read without it" in captured.err
     monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000", "--arms", "smim", "--seeds", "0"])
     with pytest.raises(SystemExit, match="smim-s0 is a record without report-test-iwae500-1000.json"):
         module.main()
