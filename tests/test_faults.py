@@ -129,3 +129,25 @@ def test_second_train_on_a_run_directory_is_refused_and_a_killed_holder_blocks_n
     assert (run / ".lock").exists()
     resumed = run_in_process("train", *args[:2], "train.max_steps=5", *args[3:], "train.checkpoint_every=5")
     assert resumed.returncode == 0, resumed.stderr  # takes the stale lock at once and resumes
+
+
+def test_a_checkpoint_lacking_weights_is_refused_on_resume_and_kept(tmp_path):
+    """An intact checkpoint that lacks a weight of the model (written by a model with fewer parameters) is
+    no damage to resume past: resume refuses in one line naming the weight, and sets nothing aside."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "run"
+    args = ("train", "configs/tiny.yaml", "train.checkpoint_every=4", f"run.dir={run}")
+    assert run_in_process(*args, "train.max_steps=4").returncode == 0
+    newest = run / "checkpoints/step-00000004"
+    weights = newest / "raw_model.safetensors"
+    weights = weights if weights.exists() else newest / "model.safetensors"
+    tensors = load_file(weights)
+    with safe_open(weights, framework="pt") as handle:
+        aliases = handle.metadata()  # tied weights are stored once, their other names kept here
+    dropped = sorted(name for name in tensors if name not in aliases.values())[-1]
+    save_file({name: tensor for name, tensor in tensors.items() if name != dropped}, weights, metadata=aliases)
+    result = run_cli(*args, "train.max_steps=8")
+    assert_one_line_error(result, f"checkpoint {newest} lacks 1 weight(s) of this model ({dropped})")
+    assert newest.is_dir() and not list((run / "checkpoints").glob("damaged-*"))

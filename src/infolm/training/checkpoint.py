@@ -22,6 +22,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from infolm.errors import InfolmError
+
 CHECKPOINTS = "checkpoints"
 BEST = "best"
 
@@ -169,6 +171,23 @@ def load_weights(model: nn.Module, checkpoint: Path, raw: bool = False) -> list[
         raise
 
 
+def load_complete_weights(model: nn.Module, checkpoint: Path, raw: bool = False) -> None:
+    """:func:`load_weights` for continuing a run (resume, restore, restart): a checkpoint that lacks any of
+    the model's weights was written for another model, and is refused in one line naming them."""
+    missing = load_weights(model, checkpoint, raw)
+    if missing:
+        raise InfolmError(missing_weights(checkpoint, missing))
+
+
+def missing_weights(checkpoint: Path, missing: list[str], shown: int = 8) -> str:
+    """The one line that refuses a checkpoint lacking ``missing`` weights of the model being continued."""
+    names = ", ".join(missing[:shown]) + (f" and {len(missing) - shown} more" if len(missing) > shown else "")
+    return (
+        f"checkpoint {checkpoint} lacks {len(missing)} weight(s) of this model ({names}): it was written for "
+        "another model configuration; continue it with the config it was trained with, or use another run.dir"
+    )
+
+
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     state: dict[str, Any] = torch.load(checkpoint / "trainer.pt", weights_only=True)
     return state
@@ -213,7 +232,7 @@ def newest_intact_checkpoint(run_dir: Path, model: nn.Module) -> tuple[Path, dic
 
     for checkpoint in reversed(list_checkpoints(run_dir)):
         try:
-            load_weights(model, checkpoint, raw=True)
+            missing = load_weights(model, checkpoint, raw=True)
             state = load_trainer_state(checkpoint)
         except Exception as error:  # safetensors and torch.load raise their own types on damaged files
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -223,5 +242,7 @@ def newest_intact_checkpoint(run_dir: Path, model: nn.Module) -> tuple[Path, dic
                 "resuming from the newest intact checkpoint\n"
             )
             continue
+        if missing:  # intact, but of another model: refused, never set aside
+            raise InfolmError(missing_weights(checkpoint, missing))
         return checkpoint, state
     return None

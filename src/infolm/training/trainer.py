@@ -567,7 +567,7 @@ class Trainer:
                 f"optim.plateau_restore_best: {best} was written at step {saved_at}, after this point of the run "
                 f"(step {self.step}); resume from a checkpoint written after it"
             )
-        ckpt.load_weights(self.model, best)
+        ckpt.load_complete_weights(self.model, best)
         self.state = None
         self.metrics.write({"step": self.step, "event": "plateau_restore_best", "lr": self.schedule.lr})
 
@@ -580,7 +580,7 @@ class Trainer:
         best = self.run_dir / ckpt.CHECKPOINTS / ckpt.BEST
         restart = ckpt.load_restart_state(best) if (best / "model.safetensors").exists() else None
         if restart is not None:
-            ckpt.load_weights(self.model, best, raw=True)
+            ckpt.load_complete_weights(self.model, best, raw=True)
         else:
             self.model.load_state_dict(self.initial_weights)
             restart = self.initial_restart_state
