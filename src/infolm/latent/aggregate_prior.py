@@ -14,16 +14,18 @@ import math
 import torch
 from torch import Tensor
 
-BLOCK_ELEMENTS = 1 << 22  # points x components per block: 32 MiB of float64 scores
+BLOCK_ELEMENTS = 1 << 19  # points x components per block: 4 MiB of float64 scores (cache-sized: 2x faster than 32 MiB)
 
 
 def mixture_log_density(z: Tensor, means: Tensor, log_vars: Tensor, block: int = 0) -> Tensor:
     """ln (1/N) Σ_n N(z; means[n], diag exp(log_vars[n])) of points z (..., D) -> (...), in float64.
 
     ``means``, ``log_vars``: (N, D). ``block``: components per block (0: as many as keep a block of
-    points x components under ``BLOCK_ELEMENTS``). Each component's quadratic form is expanded as
-    Σ z²/σ² - 2 Σ z μ/σ² + Σ μ²/σ², three matrix products, in float64 (sharp posteriors make its terms
-    large and nearly cancelling); the running log-sum-exp adds one block at a time."""
+    points x components under ``BLOCK_ELEMENTS``). Each component's log-density is expanded as
+    -½ Σ z²/σ² + Σ z μ/σ² + c_n, c_n = -½ (Σ μ²/σ² + Σ ln σ² + D ln 2π): one matrix product of the points'
+    features [z², z] with the components' [-½/σ², μ/σ²] plus c_n, in float64 (sharp posteriors make its terms
+    large and nearly cancelling), capped at the component's peak -½ (Σ ln σ² + D ln 2π) where rounding
+    would make the quadratic form negative; the running log-sum-exp adds one block at a time."""
     if means.shape != log_vars.shape or means.dim() != 2 or z.size(-1) != means.size(1):
         raise ValueError(
             f"mixture of {tuple(means.shape)} means, {tuple(log_vars.shape)} log-variances, z {tuple(z.shape)}"
@@ -31,15 +33,17 @@ def mixture_log_density(z: Tensor, means: Tensor, log_vars: Tensor, block: int =
     count, dim = means.shape
     points = z.reshape(-1, dim).double()  # (M, D)
     step = block if block > 0 else max(1, BLOCK_ELEMENTS // max(points.size(0), 1))
-    squares = points * points  # (M, D)
+    features = torch.cat([points * points, points], dim=1)  # (M, 2D)
     total = torch.full((points.size(0),), -math.inf, dtype=torch.float64, device=z.device)
     for start in range(0, count, step):
         mean = means[start : start + step].double().to(z.device)  # (C, D)
         log_var = log_vars[start : start + step].double().to(z.device)
         precision = torch.exp(-log_var)  # (C, D)
-        quadratic = squares @ precision.T - 2.0 * points @ (mean * precision).T + (mean * mean * precision).sum(1)
-        quadratic = quadratic.clamp(min=0.0)  # (M, C): exactly >= 0, rounding aside
-        log_normal = -0.5 * (quadratic + log_var.sum(1) + dim * math.log(2 * math.pi))  # (M, C)
+        peak = -0.5 * (log_var.sum(1) + dim * math.log(2 * math.pi))  # (C,): ln N(μ; μ, σ²)
+        offset = peak - 0.5 * (mean * mean * precision).sum(1)  # c_n
+        weights = torch.cat([-0.5 * precision, mean * precision], dim=1)  # (C, 2D)
+        log_normal = torch.addmm(offset, features, weights.T)  # (M, C)
+        torch.minimum(log_normal, peak, out=log_normal)  # a quadratic form is >= 0, rounding aside
         total = torch.logaddexp(total, torch.logsumexp(log_normal, dim=1))
     return (total - math.log(count)).reshape(z.shape[:-1])
 
