@@ -6,6 +6,9 @@
 # finished one is skipped. Then
 #   python experiments/smim_ptb_table2.py --seeds 0 --samples 500 --sentences 0 --proposal-floors -4 --aggregate-prior --archive
 # scores and archives the runs, and `python -m experiments.report smim` rebuilds docs/reproductions/smim.md.
+# The importance-sampled passes of a latent run (IWAE-500 with its own prior and the aggregated prior, and the
+# widened proposal) take about 2 core-hours for sMIM on PTB's test split: the same line with --part 1/2 and with
+# --part 2/2, run at once (one core each), scores them in halves; the line without --part then merges them.
 # The runs are the protocol's at the seeds given (an arm that only seed 0 reads, as the log-variance floors, is
 # trained at seed 0 alone), each with the config and overrides the protocol gives it. ARMS="smim-z128 ae-z128 smim-z512 ae-z512"
 # bash experiments/smim_ptb_cpu.sh 0 trains the larger latents of the paper's Table 7 instead (-zN: the arm's

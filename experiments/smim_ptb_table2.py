@@ -91,16 +91,31 @@ def latent_run_report(
     floors: list[float] | None = None,
     aggregate: bool = False,
     aggregate_components: int | None = None,
-) -> dict[str, Any]:
+    part: tuple[int, int] | None = None,
+) -> dict[str, Any] | None:
     """The run's test report for these settings (cached), with the IWAE bound under each widened proposal
     of ``floors`` (log-variance floors; the model itself is unchanged) under ``widened``, the BLEU-1 of
     sampled reconstructions added to an older report that has the greedy one only, and with ``aggregate``
     the bound under the aggregated posterior of the training split (of at most ``aggregate_components``
-    training sentences) under ``aggregate_prior``."""
+    training sentences) under ``aggregate_prior``.
+
+    The importance-sampled bounds (own proposal, aggregated prior from the same draws, widened proposals) are
+    sums over the test batches (``infolm.evaluation.latent_passes``): with ``part`` (I, N) this call scores
+    shard I of N of them, saves its sums beside the report and returns None; a later call without ``part``
+    merges a complete set of shards instead of scoring the batches itself."""
     from infolm.build import load_run
+    from infolm.evaluation.latent_passes import (
+        aggregate_section,
+        score_passes,
+        shard_batches,
+        widened_section,
+    )
+    from infolm.evaluation.latent_report import proposal_floor_binds, widened_floor
     from infolm.objectives.base import deterministic_latent
 
     if is_record(run):
+        if part is not None:
+            return None  # a record has no checkpoint: nothing to score
         return recorded(run, report_path(run, sentences, samples), floors, aggregate)
     config, corpus, model = load_run(run, "cpu", full_splits=True)
     deterministic = deterministic_latent(config.objective)
@@ -111,55 +126,111 @@ def latent_run_report(
         current = "bleu1_authors" in cached.get("reconstruction", {})  # else: an older report's format
         if current and bool(cached["bounds"].get("deterministic")) == deterministic:
             report = cached
-    if report is None:
-        report = new_report(model, corpus, samples, sentences, deterministic)
-        write_json_atomic(saved, report)
     scored = list(corpus.sentences("test"))[: sentences or None]
+    eos = corpus.vocab.eos_id
+    # the importance-sampled passes the report still needs (an auto-encoder's report has none)
+    need_bounds = report is None and not deterministic
+    need_aggregate = aggregate and not deterministic and (report is None or "aggregate_prior" not in report)
+    widened = {} if report is None else report.get("widened", {})
+    missing = [] if deterministic else [floor for floor in floors or [] if f"{floor:g}" not in widened]
+    # a floor that binds on no posterior leaves q as it is: its bound is the report's own, not computed again
+    binding = [floor for floor in missing if proposal_floor_binds(model, scored, floor, eos, batch_size=BATCH)]
+    passes, prior = None, None
+    if need_bounds or need_aggregate or binding:
+        if need_aggregate:
+            from infolm.evaluation.aggregate_prior import aggregate_posterior
+
+            prior = aggregate_posterior(model, list(corpus.sentences("train")), eos, components=aggregate_components)
+        settings = {"samples": samples, "sentences": len(scored), "aggregate": need_aggregate, "floors": binding}
+        chunk = max(1, min(samples, 10))
+        if part is not None:
+            batches = shard_batches(len(scored), BATCH, *part)
+            sums = score_passes(model, scored, eos, samples, chunk, BATCH, batches, prior, binding)
+            write_json_atomic(part_path(saved, *part), {"settings": settings, "sums": sums.state()})
+            print(f"{run.name}: shard {part[0]}/{part[1]} scored ({len(batches)} batches)", file=sys.stderr)
+            return None
+        passes = merged_shards(run, saved, settings)
+        if passes is None:
+            passes = score_passes(model, scored, eos, samples, chunk, BATCH, None, prior, binding)
+    elif part is not None:
+        return None  # nothing left to score in shards
+    if report is None:
+        report = new_report(model, corpus, samples, sentences, deterministic, passes)
+        write_json_atomic(saved, report)
     if "reconstruction_sampled" not in report:  # a report of greedy BLEU-1 alone: the paper's sampled one added
         from infolm.evaluation.latent_report import reconstruction_section
 
-        bare = [s[:-1].tolist() if int(s[-1]) == corpus.vocab.eos_id else s.tolist() for s in scored]
+        bare = [s[:-1].tolist() if int(s[-1]) == eos else s.tolist() for s in scored]
         mode = report["reconstruction"]["mode"]
         report["reconstruction_sampled"] = reconstruction_section(model, bare, corpus.vocab.itos, mode, "sampled")
         write_json_atomic(saved, report)
-    if aggregate and "aggregate_prior" not in report and not deterministic:
+    if need_aggregate and passes is not None and prior is not None:
         from infolm.evaluation.latent_report import aggregate_prior_section
 
-        chunk = max(1, min(samples, 10))
         report["aggregate_prior"] = aggregate_prior_section(
-            model, corpus, scored, "test", samples, chunk, 20, aggregate_components
+            model,
+            corpus,
+            scored,
+            "test",
+            samples,
+            0,
+            BATCH,
+            aggregate_components,
+            prior=prior,
+            bound=aggregate_section(passes, prior.components),
         )
         write_json_atomic(saved, report)
-    widened = report.setdefault("widened", {})
-    missing = [floor for floor in floors or [] if f"{floor:g}" not in widened]
-    if missing and not deterministic:
-        from infolm.evaluation.latent_report import proposal_floor_binds, widened_floor, widened_proposal_bound
-
+    if missing:
+        widened = report.setdefault("widened", {})
         for floor in missing:
-            if not proposal_floor_binds(model, scored, floor, corpus.vocab.eos_id, batch_size=20):
-                # every posterior's log-variance is above the floor: the widened proposal is q itself, so the
-                # bound is the report's own (the same estimator; the same number, as the draws and batches
-                # are the report's), not computed a second time
-                own = report["bounds"]
-                bound = {  # the floor as widened_proposal_bound records it: never below q's own
-                    "floor": widened_floor(model, floor),
-                    "nll": own["nll"],
-                    "ppl": own["ppl"],
-                    "rate": own["rate"],
-                    "binds": False,
-                }
-                if own.get("nll_words") is not None:
-                    bound["nll_words"] = own["nll_words"]
-            else:
-                bound = widened_proposal_bound(
-                    model, scored, floor, corpus.vocab.eos_id, samples, chunk=max(1, min(samples, 10)), batch_size=20
-                )
+            if floor in binding and passes is not None:
+                widened[f"{floor:g}"] = widened_section(passes, f"{floor:g}", widened_floor(model, floor))
+                continue
+            own = report["bounds"]
+            bound = {  # the floor as widened_proposal_bound records it: never below q's own
+                "floor": widened_floor(model, floor),
+                "nll": own["nll"],
+                "ppl": own["ppl"],
+                "rate": own["rate"],
+                "binds": False,
+            }
+            if own.get("nll_words") is not None:
+                bound["nll_words"] = own["nll_words"]
             widened[f"{floor:g}"] = bound
         write_json_atomic(saved, report)
     return report
 
 
-def new_report(model: Any, corpus: Any, samples: int, sentences: int, deterministic: bool) -> dict[str, Any]:
+BATCH = 20  # sentences per batch of every pass over the test split
+
+
+def part_path(saved: Path, part: int, parts: int) -> Path:
+    """Where shard ``part`` of ``parts`` of a report's passes is kept, beside the report."""
+    return saved.with_name(f"{saved.stem}.part-{part}-of-{parts}.json")
+
+
+def merged_shards(run: Path, saved: Path, settings: dict[str, Any]) -> Any:
+    """The passes of a complete set of shards scored with these settings after the run's last training,
+    merged; None when there is no such set."""
+    from infolm.evaluation.latent_passes import PassSums, merge_passes
+
+    for path in sorted(run.glob(f"{saved.stem}.part-1-of-*.json")):
+        parts = int(path.stem.rsplit("-of-", 1)[1])
+        paths = [part_path(saved, part, parts) for part in range(1, parts + 1)]
+        if not all(fresh(p, run) for p in paths):
+            continue
+        shards = [json.loads(p.read_text()) for p in paths]
+        if any(shard["settings"] != settings for shard in shards):
+            continue
+        print(f"{run.name}: the passes of {parts} shards, merged", file=sys.stderr)
+        return merge_passes([PassSums.from_state(shard["sums"]) for shard in shards])
+    return None
+
+
+def new_report(
+    model: Any, corpus: Any, samples: int, sentences: int, deterministic: bool, passes: Any
+) -> dict[str, Any]:
+    from infolm.evaluation.latent_passes import bounds_section
     from infolm.evaluation.latent_report import latent_report
 
     return latent_report(
@@ -168,12 +239,13 @@ def new_report(model: Any, corpus: Any, samples: int, sentences: int, determinis
         "test",
         samples=samples,
         chunk=max(1, min(samples, 10)),
-        batch_size=20,
+        batch_size=BATCH,
         max_sentences=sentences or None,
         mode="mean" if deterministic else "sample",
         melbo=True,
         deterministic=deterministic,
         decodings=("sampled", "greedy"),  # the paper's sampled words, and the greedy ones older records hold
+        bounds=None if passes is None else bounds_section(passes),
     )
 
 
@@ -265,6 +337,13 @@ def main() -> None:
         default=0,
         help="components of that mixture: a seeded subsample of the training sentences (0: all of them)",
     )
+    parser.add_argument(
+        "--part",
+        default="",
+        metavar="I/N",
+        help="score shard I of N of each latent run's importance-sampled passes and keep its sums beside the "
+        "report (N processes at once, one per core); a later call without --part merges them and scores the rest",
+    )
     parser.add_argument("--records", default=str(RECORDS), help="a folder of archived runs read beside --runs")
     parser.add_argument("--archive", action="store_true", help="keep each run in --records as soon as it is scored")
     args = parser.parse_args()
@@ -272,6 +351,12 @@ def main() -> None:
         raise SystemExit(f"--aggregate-components must be 0 (all) or positive, got {args.aggregate_components}")
     if args.samples < 1 or args.sentences < 0:
         raise SystemExit(f"--samples must be at least 1 and --sentences 0 or more: {args.samples}, {args.sentences}")
+    part = None
+    if args.part:
+        index, _, count = args.part.partition("/")
+        if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+            raise SystemExit(f"--part must be I/N with 1 <= I <= N, got {args.part!r}")
+        part = (int(index), int(count))
     if args.train_args:
         print(" ".join(train_args(args.train_args)))
         return
@@ -307,6 +392,12 @@ def main() -> None:
                 print(f"{name}-s{seed}: {'not trained' if run is None else 'training'}, not scored")
                 continue
             where = "record" if is_record(run) else "run"
+            if part is not None:  # a shard of the passes: no report, no record yet
+                if not is_lm(run):
+                    floors, aggregate = args.proposal_floors, args.aggregate_prior
+                    components = args.aggregate_components or None
+                    latent_run_report(run, args.samples, args.sentences, floors, aggregate, components, part)
+                continue
             if is_lm(run):
                 lm_run_report(run, args.sentences)
                 saved = report_path(run, args.sentences)

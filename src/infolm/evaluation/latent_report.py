@@ -119,6 +119,7 @@ def latent_report(
     decodings: tuple[str, ...] = ("sampled",),
     aggregate_prior: bool = False,
     aggregate_components: int | None = None,
+    bounds: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report of ``model`` on ``split`` of ``corpus`` (the vocabulary's ``<eos>`` ends sentences).
 
@@ -126,7 +127,9 @@ def latent_report(
     never trained, so no likelihood bound, rate, MI or MELBO is reported; ``bounds`` holds the
     reconstruction NLL at the mean and the active units instead. ``decodings``: the BLEU-1 sections to
     score (``sampled``, ``greedy``). ``aggregate_prior``: also the bound under the training split's
-    aggregated posterior, of at most ``aggregate_components`` training sentences (None: all).
+    aggregated posterior, of at most ``aggregate_components`` training sentences (None: all). ``bounds``:
+    the own-proposal bounds already computed for these sentences, samples and seed (``evaluation/latent_passes.py``,
+    in shards), used instead of a pass of its own.
     """
     from infolm.latent.evaluation import evaluate_latent
 
@@ -142,6 +145,8 @@ def latent_report(
         torch.manual_seed(seed)
         if deterministic:
             bounds = reconstruction_at_mean(model, sentence_batches(sentences, batch_size, pad_id=eos))
+        elif bounds is not None:
+            bounds = dict(bounds)
         else:
             metrics = evaluate_latent(model, sentence_batches(sentences, batch_size, pad_id=eos), samples, chunk)
             bounds = dataclasses.asdict(metrics)
@@ -241,17 +246,23 @@ def aggregate_prior_section(
     batch_size: int,
     components: int | None = None,
     seed: int = 0,
+    prior: Any = None,
+    bound: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The IWAE-``samples`` bound of ``sentences`` (of ``split``) under the aggregated posterior of the
     training split (Eq. 9), of ``components`` training sentences at most (a subsample drawn with ``seed``),
-    and the MI of that mixture's encoding distribution, I_q(X; Z) <= ln N (``mi_aggregate``)."""
+    and the MI of that mixture's encoding distribution, I_q(X; Z) <= ln N (``mi_aggregate``). ``prior``: that
+    mixture when the caller has built it; ``bound``: the bound when already computed (``latent_passes``)."""
     from infolm.evaluation.aggregate_prior import aggregate_posterior, aggregate_prior_bound
     from infolm.latent.aggregate_prior import aggregate_mutual_information, component_subset
 
     eos = corpus.vocab.eos_id
     train = list(corpus.sentences("train"))
-    prior = aggregate_posterior(model, train, eos, components=components, seed=seed)
-    result: dict[str, Any] = dict(aggregate_prior_bound(model, sentences, prior, eos, samples, chunk, batch_size, seed))
+    if prior is None:
+        prior = aggregate_posterior(model, train, eos, components=components, seed=seed)
+    if bound is None:
+        bound = aggregate_prior_bound(model, sentences, prior, eos, samples, chunk, batch_size, seed)
+    result: dict[str, Any] = dict(bound)
     result["train_sentences"] = len(train)
     # SentenceMIM's own MI, I_q(X; Z) of the training sentences' encoding distribution (<= ln N): 10 draws
     # from each of at most MI_MEMBERS of the mixture's components (a fixed-seed subsample, stated)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor
+from torch.distributions import Distribution
 
-from infolm.latent.base import LatentVariableModel, draw
+from infolm.latent.base import LatentDraws, LatentVariableModel, draw
 from infolm.latent.estimators import amim_loss, iwae_bound, kl_estimate
 from infolm.latent.latents import posterior_mean
 
@@ -45,7 +47,11 @@ def latent_bounds(
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     q = model.posterior(tokens, lengths)
-    draws = draw(model, tokens, lengths, samples, chunk, posterior=q)
+    return bounds_of_draws(q, draw(model, tokens, lengths, samples, chunk, posterior=q))
+
+
+def bounds_of_draws(q: Distribution, draws: LatentDraws) -> LatentBounds:
+    """The bounds of one batch from its posterior ``q`` and the K ``draws`` made from it."""
     h, r = draws.log_likelihood, draws.log_ratio
     rate = draws.kl if draws.kl is not None else -r.mean(0)
     distortion = -h.mean(0)
@@ -109,6 +115,43 @@ class LatentAccumulator:
         self.mean_square_sum = squares if self.mean_square_sum is None else self.mean_square_sum + squares
         self.examples += bounds.posterior_mean.size(0)
         self.tokens += tokens
+
+    def state(self) -> dict[str, Any]:
+        """The sums as plain JSON values (a shard's share of a split, see ``merge``)."""
+        return {
+            "samples": self.samples,
+            "sums": dict(self.sums),
+            "examples": self.examples,
+            "tokens": self.tokens,
+            "mean_sum": None if self.mean_sum is None else self.mean_sum.tolist(),
+            "mean_square_sum": None if self.mean_square_sum is None else self.mean_square_sum.tolist(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> LatentAccumulator:
+        accumulator = cls(int(state["samples"]))
+        accumulator.sums = {k: float(v) for k, v in state["sums"].items()}
+        accumulator.examples, accumulator.tokens = int(state["examples"]), int(state["tokens"])
+        for key in ("mean_sum", "mean_square_sum"):
+            if state[key] is not None:
+                setattr(accumulator, key, torch.tensor(state[key], dtype=torch.float64))
+        return accumulator
+
+    def merge(self, other: LatentAccumulator) -> None:
+        """Add another accumulator's sums (the same model and K, other examples): the sums of both."""
+        if other.samples != self.samples:
+            raise ValueError(f"accumulators of {self.samples} and {other.samples} draws do not add up")
+        if other.examples == 0:
+            return
+        if self.examples and ("words_bound" in self.sums) != ("words_bound" in other.sums):
+            raise ValueError("one accumulator has the bound without <eos> and the other has not")
+        for name, value in other.sums.items():
+            self.sums[name] = self.sums.get(name, 0.0) + value
+        for key in ("mean_sum", "mean_square_sum"):
+            mine, theirs = getattr(self, key), getattr(other, key)
+            setattr(self, key, theirs.clone() if mine is None else mine + theirs)
+        self.examples += other.examples
+        self.tokens += other.tokens
 
     def metrics(self) -> LatentMetrics:
         if self.examples == 0 or self.mean_sum is None or self.mean_square_sum is None:
