@@ -8,7 +8,8 @@ Fig. 5.7 (``--figures fig5_7_asymmetric_discrete``): VIMCO 16/1 and 1/16, KL and
 objective (App. 5.B.3, Figs. 5.26 and 5.27: ``--figures fig5_26_power_continuous fig5_27_power_discrete``)
 against the KL and Rényi objectives, with DReG 16 and with VIMCO 16; its one knob α is set from each λ
 of ``--lams`` by the power objective's tie λ = (α - 1)/α (Definition 6), so the three curves sweep the
-same MI weights. Each
+same MI weights; their KL and Rényi curves are Figs. 5.3's and 5.6's 16-draw runs, read from those figures'
+records (the power runs are kept beside them). Each
 curve is one run per λ of ``--lams``; every run is ``infolm train`` on ``configs/synthetic/cpu-*.yaml``
 (1,000 symbols, 1,000 steps, lr 3e-3: the scale is stated there) with the objective replaced, and its
 final IWAE-100 NLL and MI over all 1,000 symbols are its point. ``infolm pareto`` then keeps each
@@ -136,6 +137,14 @@ def power_curves(estimator: str, name: str) -> list[Curve]:
 FIGURES["fig5_26_power_continuous"] = ("configs/synthetic/cpu-gaussian.yaml", power_curves("dreg", "DReG"))
 FIGURES["fig5_27_power_discrete"] = ("configs/synthetic/cpu-categorical.yaml", power_curves("vimco", "VIMCO"))
 DEFAULT_FIGURES = ["fig5_3_continuous", "fig5_6_discrete"]
+# a figure whose KL and Rényi curves are another figure's runs (the same base config, objective and run name)
+# shares that figure's run and record folders: those points are read, not trained again
+FOLDERS = {"fig5_26_power_continuous": "fig5_3_continuous", "fig5_27_power_discrete": "fig5_6_discrete"}
+
+
+def folder(figure: str) -> str:
+    """The folder of a figure's runs and records under ``--out`` and ``--records``."""
+    return FOLDERS.get(figure, figure)
 
 
 def slug(text: str) -> str:
@@ -195,7 +204,7 @@ def protocol_grid(experiment: str, figures: list[str]) -> tuple[list[float], lis
     lams: list[float] = []
     seeds: list[int] = []
     for figure in figures:
-        for arm, seed in runs_of(page, records=f"{experiment}/{figure}"):
+        for arm, seed in runs_of(page, records=f"{experiment}/{folder(figure)}"):
             if "-lam" not in arm:
                 continue
             lam = float(arm.rsplit("-lam", 1)[1])
@@ -210,7 +219,7 @@ def protocol_arms(experiment: str, figure: str) -> frozenset[str]:
     default grid, a curve is trained only at the λ the protocol reads of it."""
     from experiments.reproduce.protocol import load_protocol, runs_of
 
-    return frozenset(arm for arm, _ in runs_of(load_protocol("thesis-ch5"), records=f"{experiment}/{figure}"))
+    return frozenset(arm for arm, _ in runs_of(load_protocol("thesis-ch5"), records=f"{experiment}/{folder(figure)}"))
 
 
 def finished(run_dir: Path, steps: int) -> bool:
@@ -316,7 +325,7 @@ def main() -> None:
                     if by_protocol and f"{slug(label)}-lam{lam:g}" not in protocol_arms(experiment, figure):
                         continue  # the protocol's grid: not a point it reads
                     name = f"{slug(label)}-lam{lam:g}-s{seed}"
-                    run_dir, record_dir = out / figure / name, records / figure / name
+                    run_dir, record_dir = out / folder(figure) / name, records / folder(figure) / name
                     found = record_dir if is_record(record_dir) and not run_dir.is_dir() else run_dir
                     record = {"figure": figure, "curve": label, "lam": lam, "seed": seed, "run": str(found)}
                     summary["runs"].append(record)
@@ -349,12 +358,12 @@ def main() -> None:
     if args.archive:
         for record in summary["runs"]:
             run = Path(record["run"])
-            kept = records / record["figure"] / run.name
+            kept = records / folder(record["figure"]) / run.name
             # a run that this call did not train and that is archived already keeps its record (and the
             # command and wall time recorded when it was trained)
             if not is_record(run) and ("wall_s" in record or not kept.exists()):
                 meta = {key: record[key] for key in ("command", "wall_s") if key in record}
-                archive_run(run, records / record["figure"], {"driver": "thesis_fig5_synthetic.py", **meta})
+                archive_run(run, records / folder(record["figure"]), {"driver": "thesis_fig5_synthetic.py", **meta})
         print(f"archived the runs in {records}", file=sys.stderr)
     report(summary, args, out)
 

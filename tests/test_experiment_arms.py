@@ -475,6 +475,45 @@ def test_fig5_archive_keeps_the_record_of_a_run_it_did_not_train(tmp_path: Path,
     assert json.loads((records / figure / name / "record.json").read_text()) == kept
 
 
+def test_fig5_power_figure_reads_the_kl_and_renyi_points_of_the_figure_that_trained_them(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Fig. 5.26's KL and Rényi curves are Fig. 5.3's DReG 16 runs (the same config, objective and name): they
+    are read from Fig. 5.3's records, and only the power curve is trained, into that figure's folders."""
+    module = experiment("thesis_fig5_synthetic")
+    power, shared = "fig5_26_power_continuous", "fig5_3_continuous"
+    assert module.folder(power) == shared and module.folder(shared) == shared
+    three = dict(module.FIGURES[shared][1])
+    for label, objective in module.FIGURES[power][1]:
+        if label in three:
+            assert objective(0.3) == three[label](0.3), label  # the very runs of the other figure
+    records, out = tmp_path / "records", tmp_path / "out"
+    for label in ("DReG 16 KL", "DReG 16 Rényi"):
+        run = records / shared / f"{module.slug(label)}-lam0.3-s0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(json.dumps({"objective": three[label](0.3)}))
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 5, "loss": 7.0, "mi": 1.0, "kl": 0.0}) + "\n")
+        (run / "record.json").write_text("{}")
+    trained: list[Path] = []
+
+    def fake_run(base, objective, run_dir, steps, seed, anneal_epoch=0, eval_every=0):  # type: ignore[no-untyped-def]
+        trained.append(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(json.dumps({"objective": objective}))
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": steps, "loss": 7.1, "mi": 0.9, "kl": 0.0}) + "\n")
+        return ["infolm", "train"], 1.0
+
+    monkeypatch.setattr(module, "run_point", fake_run)
+    monkeypatch.setattr(module, "report", lambda summary, args, out: None)
+    argv = ["thesis_fig5_synthetic.py", "--steps", "5", "--lams", "0.3", "--seeds", "0", "--figures", power,
+            "--out", str(out), "--records", str(records), "--docs-img", "", "--archive"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    module.main()
+    assert trained == [out / shared / "dreg-16-power-lam0.3-s0"]
+    assert (records / shared / "dreg-16-power-lam0.3-s0" / "record.json").is_file()
+    assert not (records / power).exists()
+
+
 def test_fig5_default_grid_is_the_protocols() -> None:
     """On the converged schedule the λ and seeds default to those the thesis-ch5 protocol reads."""
     module = experiment("thesis_fig5_synthetic")
