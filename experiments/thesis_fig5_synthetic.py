@@ -9,7 +9,8 @@ objective (App. 5.B.3, Figs. 5.26 and 5.27: ``--figures fig5_26_power_continuous
 against the KL and Rényi objectives, with DReG 16 and with VIMCO 16; its one knob α is set from each λ
 of ``--lams`` by the power objective's tie λ = (α - 1)/α (Definition 6), so the three curves sweep the
 same MI weights; their KL and Rényi curves are Figs. 5.3's and 5.6's 16-draw runs, read from those figures'
-records (the power runs are kept beside them). Each
+records. The runs of Figs. 5.4 and 5.26 are kept in Fig. 5.3's folders, those of Figs. 5.7 and 5.27 in Fig. 5.6's
+(``FOLDERS``), so that a comparison reads them with the curves they are set against. Each
 curve is one run per λ of ``--lams``; every run is ``infolm train`` on ``configs/synthetic/cpu-*.yaml``
 (1,000 symbols, 1,000 steps, lr 3e-3: the scale is stated there) with the objective replaced, and its
 final IWAE-100 NLL and MI over all 1,000 symbols are its point. ``infolm pareto`` then keeps each
@@ -137,9 +138,16 @@ def power_curves(estimator: str, name: str) -> list[Curve]:
 FIGURES["fig5_26_power_continuous"] = ("configs/synthetic/cpu-gaussian.yaml", power_curves("dreg", "DReG"))
 FIGURES["fig5_27_power_discrete"] = ("configs/synthetic/cpu-categorical.yaml", power_curves("vimco", "VIMCO"))
 DEFAULT_FIGURES = ["fig5_3_continuous", "fig5_6_discrete"]
-# a figure whose KL and Rényi curves are another figure's runs (the same base config, objective and run name)
-# shares that figure's run and record folders: those points are read, not trained again
-FOLDERS = {"fig5_26_power_continuous": "fig5_3_continuous", "fig5_27_power_discrete": "fig5_6_discrete"}
+# the figures of one task (base config) and schedule keep their runs and records in one folder, so that a comparison
+# reads any of their curves together (a protocol comparison reads one folder) and a curve two figures share (the
+# power figures' KL and Rényi curves are Figs. 5.3's and 5.6's 16-draw runs: the same objective and run name) is
+# trained once
+FOLDERS = {
+    "fig5_4_asymmetric": "fig5_3_continuous",
+    "fig5_26_power_continuous": "fig5_3_continuous",
+    "fig5_7_asymmetric_discrete": "fig5_6_discrete",
+    "fig5_27_power_discrete": "fig5_6_discrete",
+}
 
 
 def folder(figure: str) -> str:
