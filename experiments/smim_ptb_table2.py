@@ -415,6 +415,10 @@ def main() -> None:
             ready += 1
             from_records += where == "record"
             print(f"{run.name}: {saved.name} ({where})")
+    if part is not None:
+        shard = f"{part[0]}/{part[1]}"
+        print(f"shard {shard} of each run scored; once every shard is, the same line without --part merges them")
+        return
     page = f"python -m experiments.report {PAPER}"
     print(f"{ready} runs with their reports ({from_records} of them records); the page: {page}")
 
