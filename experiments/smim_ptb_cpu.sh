@@ -9,6 +9,7 @@
 # The importance-sampled passes of a latent run (IWAE-500 with its own prior and the aggregated prior, and the
 # widened proposal) take about 2 core-hours for sMIM on PTB's test split: the same line with --part 1/2 and with
 # --part 2/2, run at once (one core each), scores them in halves; the line without --part then merges them.
+# experiments/smim_run_and_score.sh ARM SEED does all of it for one run (train, two shards, merge, archive).
 # The runs are the protocol's at the seeds given (an arm that only seed 0 reads, as the log-variance floors, is
 # trained at seed 0 alone), each with the config and overrides the protocol gives it. ARMS="smim-z128 ae-z128 smim-z512 ae-z512"
 # bash experiments/smim_ptb_cpu.sh 0 trains the larger latents of the paper's Table 7 instead (-zN: the arm's

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One SentenceMIM run of experiments/protocols/smim.yaml, trained and scored on a 2-core machine in one go:
+#   bash experiments/smim_run_and_score.sh ARM SEED      (e.g. smim 0, smim-floor-6 0, svae 1)
+# trains runs/smim-ptb-cpu/ARM-sSEED with the protocol's config and overrides (TRAIN_THREADS threads, default 1;
+# resumed when run again), scores its importance-sampled passes in two shards at once (one core each), merges them
+# into the report with the other sections, archives the record (replacing an earlier record of the run) and
+# rebuilds the page. Cost for sMIM on PTB on one core: about 100 min of training (30 epochs) and 130 min of
+# scoring (IWAE-500 with its own prior and the aggregated prior from the same draws, the widened proposal, and
+# the aggregated posterior's density over 42k components), so about 165 min of wall time with the two shards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+arm=${1:?usage: smim_run_and_score.sh ARM SEED}
+seed=${2:?usage: smim_run_and_score.sh ARM SEED}
+out=${OUT:-runs/smim-ptb-cpu}
+run="$out/${arm}-s${seed}"
+mkdir -p "$out"
+if [[ ! -f "$run/train-summary.json" ]]; then
+  read -r -a train <<< "$(python experiments/smim_ptb_table2.py --train-args "$arm")"
+  OMP_NUM_THREADS=${TRAIN_THREADS:-1} python -m infolm train "${train[@]}" "run.dir=$run" "run.seed=$seed" --json > "$run.summary.tmp"
+  mv "$run.summary.tmp" "$run/train-summary.json"
+fi
+score=(experiments/smim_ptb_table2.py --runs "$out" --arms "$arm" --seeds "$seed" --samples 500 --sentences 0
+       --proposal-floors -4 --aggregate-prior)
+OMP_NUM_THREADS=1 python "${score[@]}" --part 1/2 &
+first=$!
+OMP_NUM_THREADS=1 python "${score[@]}" --part 2/2
+wait "$first"
+OMP_NUM_THREADS=1 python "${score[@]}" --archive
+python -m experiments.report smim
