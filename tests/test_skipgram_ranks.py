@@ -102,3 +102,32 @@ def test_a_batch_without_pairs_gives_a_zero_loss_and_gradient(form):
     loss, grads = loss_and_gradients(form, sentence_batch([[], [7]]))  # was: multinomial of no samples raised
     assert float(loss) == 0.0
     assert all(not grad.any() for grad in grads.values())
+
+
+@pytest.mark.parametrize("total", [0, 1, 5, 4096])
+def test_each_rank_draws_its_share_of_the_batchs_pair_budget(total: int, monkeypatch) -> None:
+    """``max_pairs`` (and ``imm-mlm``'s ``positions_per_batch``) is the batch's budget: the ranks' shares
+    add up to it, so P processes draw as many pairs as one process with the whole batch."""
+    import infolm.objectives.across_ranks as across_ranks
+
+    for size in (1, 2, 3):
+        shares = []
+        for rank in range(size):
+            monkeypatch.setattr(across_ranks, "world", lambda rank=rank, size=size: (rank, size))
+            shares.append(across_ranks.rank_share(total))
+        assert sum(shares) == total and max(shares) - min(shares) <= 1
+    # the term keeps rank 1's share of 3 pairs on a 2-rank world: 1 of the batch's pairs
+    monkeypatch.setattr(across_ranks, "world", lambda: (1, 2))
+    term = OBJECTIVES.build("skipgram-nce", {"window": WINDOW, "negatives": 3, "max_pairs": 3})
+    train = SubwordSentences.from_ids(SENTENCES["unequal"])
+    config = EncoderConfig(dim=16, layers=1, heads=2, ff_dim=32, max_len=32, init_std=0.2)
+    encoder = Encoder(config, VOCAB).eval()
+    term.setup(EncoderData(Vocab([str(i) for i in range(VOCAB)]), None, {"train": train}), encoder)
+    batch = sentence_batch(SENTENCES["unequal"])
+    centers, _ = context_pairs(batch.inputs, batch.padding_mask, WINDOW)
+    import infolm.objectives.skipgram_nce as skipgram
+
+    kept: list[int] = []
+    monkeypatch.setattr(skipgram, "mean_over_ranks", lambda losses, empty: (kept.append(len(losses)), losses.mean())[1])
+    term(encoder, batch, None)
+    assert len(centers) > 3 and kept == [1]

@@ -12,7 +12,8 @@ with the whole batch:
   ranks as the trainer averages it, is the gradient of that mean (``mean_of_rank_sums``: the same from
   each rank's sum and count, for a loss that sums its items itself);
 * ``gather_batch``: every rank's rows in the order of the global batch, and where this rank's are;
-* ``global_rows``: a local row's index in the global batch.
+* ``global_rows``: a local row's index in the global batch;
+* ``rank_share``: a rank's part of a per-batch budget of subsampled items.
 
 Without an initialised process group, or with one process, each is its one-process operation.
 """
@@ -32,6 +33,15 @@ def world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def rank_share(total: int) -> int:
+    """This rank's part of a per-batch budget of ``total`` items (pairs, locations) drawn from the rows it
+    holds: ``total`` split as evenly as whole items allow, the lower ranks taking the remainder, so the
+    ranks together draw ``total`` items as one process does with the whole batch (each rank's share is
+    drawn uniformly from its own rows: the count is one process's, the draw stratified by rank)."""
+    rank, size = world()
+    return total // size + (1 if rank < total % size else 0)
 
 
 def global_rows(local_rows: Tensor) -> Tensor:

@@ -16,7 +16,8 @@ IMM of this package); positions can be subsampled per batch (``positions_per_bat
 every location).
 
 Under ``torchrun`` the loss is the mean over every rank's locations (``across_ranks.mean_of_rank_sums``);
-``positions_per_batch`` then bounds each rank's locations.
+``positions_per_batch`` is the whole batch's budget, each rank drawing its share
+(``across_ranks.rank_share``) from its own rows.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from infolm.data.subwords import SEP_ID, EncoderData, SubwordSentences
 from infolm.data.wordpiece import MASK, SPECIALS
 from infolm.errors import InfolmError
 from infolm.models.base import eval_mode
-from infolm.objectives.across_ranks import mean_of_rank_sums, world
+from infolm.objectives.across_ranks import mean_of_rank_sums, rank_share, world
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.imm import crosstalk_induced_cross_entropy, induced_cross_entropy
 
@@ -175,7 +176,7 @@ class IMMMLM(Objective):
         rows, places = torch.nonzero(location, as_tuple=True)
         contexts = inputs[rows, places - 1]
         contexts = contexts[self.index.counts[contexts] > 0]
-        limit = self.config.positions_per_batch
-        if limit and len(contexts) > limit:
+        limit = rank_share(self.config.positions_per_batch)  # the batch's budget, split over the ranks
+        if self.config.positions_per_batch and len(contexts) > limit:
             contexts = contexts[torch.randperm(len(contexts))[:limit]]
         return contexts

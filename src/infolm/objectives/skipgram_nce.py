@@ -14,7 +14,8 @@ pairs are subsampled to ``max_pairs`` per batch.
 
 Under ``torchrun`` the loss is the mean over every rank's pairs (``across_ranks.mean_over_ranks``): each
 pair weighs the same whichever rank holds it. The negatives are draws from q for each pair, not other
-pairs' words, so no candidate is gathered from other ranks; ``max_pairs`` bounds each rank's pairs.
+pairs' words, so no candidate is gathered from other ranks; ``max_pairs`` is the whole batch's budget, each
+rank drawing its share (``across_ranks.rank_share``) from its own rows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from torch import Tensor, nn
 from infolm.data.masking import IGNORE_INDEX
 from infolm.data.subwords import EncoderData
 from infolm.errors import InfolmError
-from infolm.objectives.across_ranks import mean_over_ranks
+from infolm.objectives.across_ranks import mean_over_ranks, rank_share
 from infolm.objectives.base import Batch, Objective, Terms, register_objective
 from infolm.objectives.infonce import info_nce, local_nce
 
@@ -103,8 +104,9 @@ class SkipGramNCE(Objective):
         if batch.padding_mask is not None:
             valid &= batch.padding_mask
         centers, contexts = context_pairs(words, valid, self.config.window)
-        if len(centers) > self.config.max_pairs:
-            keep = torch.randperm(len(centers), device=centers.device)[: self.config.max_pairs]
+        limit = rank_share(self.config.max_pairs)  # the batch's budget, split over the ranks holding its rows
+        if len(centers) > limit:
+            keep = torch.randperm(len(centers), device=centers.device)[:limit]
             centers, contexts = centers[keep], contexts[keep]
         num_draws = len(centers) * self.config.negatives  # none without pairs (a rank's share can have none)
         draws = torch.multinomial(self.proposal, num_draws, replacement=True) if num_draws else centers.new_zeros(0)
