@@ -84,6 +84,9 @@ FIGURES: dict[str, tuple[str, list[Curve]]] = {
     "fig5_4_asymmetric": (
         "configs/synthetic/cpu-gaussian.yaml",
         [
+            # the curves Fig. 5.4 sets the splits against: Fig. 5.3's runs (one folder, read from its records)
+            ("DReG 1", lambda lam: {"mi-kl": {"estimator": "dreg", "samples": 1, "lam": lam}}),
+            ("DReG 16 KL", lambda lam: {"mi-kl": {"estimator": "dreg", "samples": 16, "lam": lam}}),
             ("DReG 16/1 KL", lambda lam: {"mi-kl": {"estimator": "dreg", "samples": 16, "mi_samples": 1, "lam": lam}}),
             ("DReG 1/16 KL", lambda lam: {"mi-kl": {"estimator": "dreg", "samples": 1, "mi_samples": 16, "lam": lam}}),
             # the bounded reading of 16/1: ln p(x) inside the KL from the 16 likelihood draws (Eq. 5.11's
@@ -105,6 +108,15 @@ FIGURES: dict[str, tuple[str, list[Curve]]] = {
     "fig5_7_asymmetric_discrete": (
         "configs/synthetic/cpu-categorical.yaml",
         [
+            # the curves Fig. 5.7 sets the splits against: Fig. 5.6's runs (one folder, read from its records)
+            ("REINFORCE 1", lambda lam: {"mi-kl": {"estimator": "reinforce", "samples": 1, "lam": lam}}),
+            ("VIMCO 16 KL", lambda lam: {"mi-kl": {"estimator": "vimco", "samples": 16, "lam": lam}}),
+            (
+                "VIMCO 16 Rényi",
+                lambda lam: {"mi-renyi": {"estimator": "vimco", "samples": 16, "lam": lam, "alpha": 2.0}},
+            ),
+        ]
+        + [
             (f"VIMCO {counts} {name}", asymmetric_vimco(objective, draws, extra))
             for name, objective, extra in (("KL", "mi-kl", {}), ("Rényi", "mi-renyi", {"alpha": 2.0}))
             for counts, draws in (("16/1", (16, 1)), ("1/16", (1, 16)))
