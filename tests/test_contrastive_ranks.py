@@ -4,16 +4,14 @@ averages over the ranks is that process's gradient (in-batch negatives come from
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from infolm.data.masking import IGNORE_INDEX, SPAN_IDS
 from infolm.models.encoder import Encoder, EncoderConfig
 from infolm.objectives.base import OBJECTIVES, Batch
+from tests.two_ranks import assert_ranks_equal_one_process, averaged_gradients, run_on_two_ranks
 
 VOCAB = 30
 MASK = 4
@@ -52,8 +50,6 @@ def make_batch(rows: list[tuple[list[int], list[tuple[int, int]]]]) -> Batch:
 
 def loss_and_gradients(name: str, settings: dict, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The term's loss on ``batch`` and, after the trainer's cross-rank averaging, every gradient."""
-    from infolm.training.distributed import average_gradients
-
     torch.manual_seed(0)
     # init_std 0.2, not BERT's 0.02: at 0.02 the embedding LayerNorm scales float32 rounding by 1/σ and
     # the two summation orders of the [CLS] embedding's gradient differ by percents (not in float64)
@@ -64,31 +60,21 @@ def loss_and_gradients(name: str, settings: dict, batch: Batch) -> tuple[torch.T
     loss = term(encoder, batch, encoder(batch.inputs)).total()
     loss.backward()
     params = dict(encoder.named_parameters()) | {f"term.{k}": p for k, p in term.named_parameters()}
-    average_gradients(list(params.values()))
-    grads = {k: torch.zeros_like(p) if p.grad is None else p.grad.clone() for k, p in params.items()}
-    return loss.detach(), grads
+    return loss.detach(), averaged_gradients(params)
 
 
-def rank_main(rank: int, store: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    try:
-        results = {}
-        for case, rows in (("rows", ROWS), ("empty-rank", EMPTY_SECOND_RANK)):
-            batch = make_batch(rows)
-            local = batch.rows(torch.arange(rank, len(rows), 2))
-            for label, (name, settings) in TERMS.items():
-                results[case, label] = loss_and_gradients(name, settings, local)
-        torch.save(results, f"{out}.{rank}")
-    finally:
-        dist.destroy_process_group()
+def rank_work(rank: int) -> dict:
+    results = {}
+    for case, rows in (("rows", ROWS), ("empty-rank", EMPTY_SECOND_RANK)):
+        local = make_batch(rows).rows(torch.arange(rank, len(rows), 2))
+        for label, (name, settings) in TERMS.items():
+            results[case, label] = loss_and_gradients(name, settings, local)
+    return results
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> list[dict]:
-    folder: Path = tmp_path_factory.mktemp("ranks")
-    mp.spawn(rank_main, args=(str(folder / "store"), str(folder / "out")), nprocs=2)
-    return [torch.load(folder / f"out.{rank}") for rank in range(2)]
+    return run_on_two_ranks(tmp_path_factory.mktemp("ranks"), rank_work)
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="no torch.distributed")
@@ -98,8 +84,4 @@ def test_two_ranks_equal_one_process_on_the_whole_batch(two_ranks, case, label):
     rows = ROWS if case == "rows" else EMPTY_SECOND_RANK
     name, settings = TERMS[label]
     loss, grads = loss_and_gradients(name, settings, make_batch(rows))
-    for rank in range(2):
-        rank_loss, rank_grads = two_ranks[rank][case, label]
-        torch.testing.assert_close(rank_loss, loss, rtol=1e-5, atol=1e-6)
-        for key, grad in grads.items():
-            torch.testing.assert_close(rank_grads[key], grad, rtol=1e-4, atol=1e-6, msg=f"{label} {key} rank {rank}")
+    assert_ranks_equal_one_process([results[case, label] for results in two_ranks], loss, grads, label)

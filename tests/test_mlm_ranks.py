@@ -4,18 +4,16 @@ averages over the ranks is that process's gradient: each masked subword weighs t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from infolm.data.subwords import EncoderData, SubwordSentences
 from infolm.data.vocab import Vocab
 from infolm.models.encoder import Encoder, EncoderConfig
 from infolm.objectives.base import OBJECTIVES, Batch
 from tests.test_contrastive_ranks import EMPTY_SECOND_RANK, ROWS, VOCAB, make_batch
+from tests.two_ranks import assert_ranks_equal_one_process, averaged_gradients, run_on_two_ranks
 
 # Rows dealt round robin: rank 0 holds rows 0, 2, 4 (long: 16 locations), rank 1 rows 1, 3 (short: 3).
 SENTENCES = [[5, 6, 7, 8, 9, 10], [6, 9], [7, 5, 6, 11, 12, 13], [12], [8, 9, 5, 6]]
@@ -51,8 +49,6 @@ def first_occurrences(index, contexts: torch.Tensor, k: int) -> tuple[torch.Tens
 
 def loss_and_gradients(label: str, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The term's loss on ``batch`` and, after the trainer's cross-rank averaging, every gradient."""
-    from infolm.training.distributed import average_gradients
-
     name, settings = TERMS[label]
     torch.manual_seed(0)
     config = EncoderConfig(dim=16, layers=1, heads=2, ff_dim=32, max_len=32, init_std=0.2)
@@ -64,31 +60,21 @@ def loss_and_gradients(label: str, batch: Batch) -> tuple[torch.Tensor, dict[str
         term.index.sample = lambda contexts, k: first_occurrences(term.index, contexts, k)
     loss = term(encoder, batch, encoder(batch.inputs)).total()
     loss.backward()
-    params = dict(encoder.named_parameters())
-    average_gradients(list(params.values()))
-    grads = {k: torch.zeros_like(p) if p.grad is None else p.grad.clone() for k, p in params.items()}
-    return loss.detach(), grads
+    return loss.detach(), averaged_gradients(dict(encoder.named_parameters()))
 
 
-def rank_main(rank: int, store: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    try:
-        results = {}
-        for label, (name, _) in TERMS.items():
-            for case, make in CASES[name].items():
-                batch = make()
-                results[case, label] = loss_and_gradients(label, batch.rows(torch.arange(rank, len(batch.inputs), 2)))
-        torch.save(results, f"{out}.{rank}")
-    finally:
-        dist.destroy_process_group()
+def rank_work(rank: int) -> dict:
+    results = {}
+    for label, (name, _) in TERMS.items():
+        for case, make in CASES[name].items():
+            batch = make()
+            results[case, label] = loss_and_gradients(label, batch.rows(torch.arange(rank, len(batch.inputs), 2)))
+    return results
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> list[dict]:
-    folder: Path = tmp_path_factory.mktemp("ranks")
-    mp.spawn(rank_main, args=(str(folder / "store"), str(folder / "out")), nprocs=2)
-    return [torch.load(folder / f"out.{rank}") for rank in range(2)]
+    return run_on_two_ranks(tmp_path_factory.mktemp("ranks"), rank_work)
 
 
 def test_the_ranks_hold_unequal_shares():
@@ -104,9 +90,4 @@ def test_the_ranks_hold_unequal_shares():
 def test_two_ranks_equal_one_process_on_the_whole_batch(two_ranks, case, label):
     name, _ = TERMS[label]
     loss, grads = loss_and_gradients(label, CASES[name][case]())
-    assert torch.isfinite(loss)
-    for rank in range(2):
-        rank_loss, rank_grads = two_ranks[rank][case, label]
-        torch.testing.assert_close(rank_loss, loss, rtol=1e-5, atol=1e-6)
-        for key, grad in grads.items():
-            torch.testing.assert_close(rank_grads[key], grad, rtol=1e-4, atol=1e-6, msg=f"{label} {key} rank {rank}")
+    assert_ranks_equal_one_process([results[case, label] for results in two_ranks], loss, grads, label)

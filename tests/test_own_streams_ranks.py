@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from infolm.objectives.base import Batch, Composite, Objective
+from tests.two_ranks import run_on_two_ranks
 
 
 @dataclasses.dataclass
@@ -41,20 +40,13 @@ def draws(rank: int | None = None, steps: int = 3) -> torch.Tensor:
     return torch.stack([objective.transform_batch(batch).inputs for _ in range(steps)])
 
 
-def rank_main(rank: int, store: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    try:
-        torch.save(draws(), f"{out}.{rank}")  # the rank from the process group
-    finally:
-        dist.destroy_process_group()
+def rank_work(rank: int) -> torch.Tensor:
+    return draws()  # the rank from the process group
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> list[torch.Tensor]:
-    folder: Path = tmp_path_factory.mktemp("ranks")
-    mp.spawn(rank_main, args=(str(folder / "store"), str(folder / "out")), nprocs=2)
-    return [torch.load(folder / f"out.{rank}") for rank in range(2)]
+    return run_on_two_ranks(tmp_path_factory.mktemp("ranks"), rank_work)
 
 
 def test_rank_zero_keeps_the_single_process_seed():

@@ -4,12 +4,9 @@ is that process's gradient (the mean is over every rank's pairs)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from infolm.data.masking import IGNORE_INDEX
 from infolm.data.subwords import EncoderData, SubwordSentences
@@ -17,6 +14,7 @@ from infolm.data.vocab import Vocab
 from infolm.models.encoder import Encoder, EncoderConfig
 from infolm.objectives.base import OBJECTIVES, Batch
 from infolm.objectives.skipgram_nce import context_pairs
+from tests.two_ranks import assert_ranks_equal_one_process, averaged_gradients, run_on_two_ranks
 
 VOCAB = 20
 NEGATIVE = 10  # every unigram draw: the proposal is put on this one subword, so the ranks draw alike
@@ -36,8 +34,6 @@ def sentence_batch(sentences: list[list[int]]) -> Batch:
 
 def loss_and_gradients(form: str, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The term's loss on ``batch`` and, after the trainer's cross-rank averaging, every gradient."""
-    from infolm.training.distributed import average_gradients
-
     torch.manual_seed(0)
     config = EncoderConfig(dim=16, layers=1, heads=2, ff_dim=32, max_len=32, init_std=0.2)
     encoder = Encoder(config, VOCAB).eval()
@@ -51,30 +47,21 @@ def loss_and_gradients(form: str, batch: Batch) -> tuple[torch.Tensor, dict[str,
     loss = term(encoder, batch, encoder(batch.inputs)).total()
     loss.backward()
     params = {"word_embeddings": encoder.word_embeddings.weight, "context": term.context.weight}
-    average_gradients(list(params.values()))
-    return loss.detach(), {k: p.grad.clone() for k, p in params.items()}
+    return loss.detach(), averaged_gradients(params)
 
 
-def rank_main(rank: int, store: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    try:
-        results = {}
-        for case, sentences in SENTENCES.items():
-            batch = sentence_batch(sentences)
-            local = batch.rows(torch.arange(rank, len(sentences), 2))
-            for form in FORMS:
-                results[case, form] = loss_and_gradients(form, local)
-        torch.save(results, f"{out}.{rank}")
-    finally:
-        dist.destroy_process_group()
+def rank_work(rank: int) -> dict:
+    results = {}
+    for case, sentences in SENTENCES.items():
+        local = sentence_batch(sentences).rows(torch.arange(rank, len(sentences), 2))
+        for form in FORMS:
+            results[case, form] = loss_and_gradients(form, local)
+    return results
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> list[dict]:
-    folder: Path = tmp_path_factory.mktemp("ranks")
-    mp.spawn(rank_main, args=(str(folder / "store"), str(folder / "out")), nprocs=2)
-    return [torch.load(folder / f"out.{rank}") for rank in range(2)]
+    return run_on_two_ranks(tmp_path_factory.mktemp("ranks"), rank_work)
 
 
 @pytest.mark.parametrize("case", list(SENTENCES))
@@ -89,12 +76,7 @@ def test_the_ranks_hold_unequal_numbers_of_pairs(case):
 @pytest.mark.parametrize("form", FORMS)
 def test_two_ranks_equal_one_process_on_the_whole_batch(two_ranks, case, form):
     loss, grads = loss_and_gradients(form, sentence_batch(SENTENCES[case]))
-    assert torch.isfinite(loss)
-    for rank in range(2):
-        rank_loss, rank_grads = two_ranks[rank][case, form]
-        torch.testing.assert_close(rank_loss, loss, rtol=1e-5, atol=1e-6)
-        for key, grad in grads.items():
-            torch.testing.assert_close(rank_grads[key], grad, rtol=1e-4, atol=1e-6, msg=f"{form} {key} rank {rank}")
+    assert_ranks_equal_one_process([results[case, form] for results in two_ranks], loss, grads, form)
 
 
 @pytest.mark.parametrize("form", FORMS)
