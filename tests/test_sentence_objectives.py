@@ -84,6 +84,26 @@ def test_losses_are_alg1_means_over_sentences_scaled_by_the_training_sentences_m
         build_objective({name: {"normalize": "words"}})
 
 
+@pytest.mark.parametrize("name", ["ae", "mi-kl", "mi-renyi", "mi-power", "beta-vae"])
+def test_a_per_sentence_bound_has_the_per_token_scale_only_when_every_training_sentence_has_one_length(
+    name: str,
+) -> None:
+    """The divergence scale ln|V| of a bound on -ln p(x) read per sentence over the training mean length:
+    kept when every training sentence scores as many tokens (the quotient is then the per-token loss),
+    dropped when lengths vary; per token it is always kept. The setup every sentence objective shares."""
+    uneven = SimpleNamespace(sentence_offsets=lambda split: torch.tensor([0, 3, 8, 10]).numpy())
+    even = SimpleNamespace(sentence_offsets=lambda split: torch.tensor([0, 4, 8, 12]).numpy())
+    for corpus, normalize, scale in (
+        (uneven, "sentences", None),
+        (even, "sentences", math.log(12)),
+        (uneven, "tokens", math.log(12)),
+    ):
+        objective = build_objective({name: {"normalize": normalize}})
+        objective.setup(corpus, tiny())
+        assert objective.term(name).mean_length == pytest.approx(10 / 3 if corpus is uneven else 4.0)
+        assert objective.loss_scale(12) == (None if scale is None else pytest.approx(scale)), (name, normalize)
+
+
 def test_validation_amim_loss_is_distortion_plus_half_the_rate_plus_the_posterior_entropy() -> None:
     """The A-MIM loss that evaluation reports (the K-draw average of Alg. 1 line 3) has the expectation
     E_q[-ln p(x|z)] + KL(q || P)/2 + H(q): -1/2 E_q[ln q + ln P] = H(q) + KL(q || P)/2."""

@@ -15,13 +15,12 @@ from typing import Any, cast
 from torch import nn
 
 from infolm.latent.base import LatentVariableModel
-from infolm.objectives.base import Batch, Objective, Terms, register_objective
-from infolm.objectives.latent_mc import (
+from infolm.objectives.base import Batch, Terms, register_objective
+from infolm.objectives.latent_sentences import (
+    SentenceLatentObjective,
     check_normalization,
     normalized_loss,
-    require_latent_model,
     sentence_rows,
-    training_sentence_length,
 )
 
 
@@ -35,10 +34,9 @@ class AEConfig:
 
 
 @register_objective("ae", config=AEConfig)
-class AutoEncoder(Objective):
+class AutoEncoder(SentenceLatentObjective):
     """Deterministic auto-encoder: -ln p(x | E[q(z|x)]), no KL term (Sec. 4.5)."""
 
-    needs = frozenset({"sentences"})
     protocols = frozenset({"latent-variable"})
     name = "ae"
     deterministic_latent = True  # its codes are the posterior means: evaluate and decode with those
@@ -46,15 +44,6 @@ class AutoEncoder(Objective):
     def __init__(self, config: AEConfig) -> None:
         super().__init__()
         self.config = config
-        self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
-
-    def loss_scale(self, vocab_size: int) -> float | None:
-        # per sentence over the *training* mean length, a batch of long sentences reads above ln|V|
-        return super().loss_scale(vocab_size) if self.config.normalize == "tokens" else None
-
-    def setup(self, corpus: Any, model: nn.Module) -> None:
-        require_latent_model(self, model, corpus)
-        self.mean_length = training_sentence_length(model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)

@@ -20,13 +20,12 @@ from torch import nn
 from infolm.errors import InfolmError
 from infolm.latent.base import LatentVariableModel
 from infolm.latent.estimators import amim_loss
-from infolm.objectives.base import Batch, Objective, Terms, register_objective
-from infolm.objectives.latent_mc import (
+from infolm.objectives.base import Batch, Terms, register_objective
+from infolm.objectives.latent_sentences import (
+    SentenceLatentObjective,
     check_normalization,
     normalized_loss,
-    require_latent_model,
     sentence_rows,
-    training_sentence_length,
 )
 
 
@@ -45,24 +44,18 @@ class AMIMConfig:
 
 
 @register_objective("amim", config=AMIMConfig)
-class AMIM(Objective):
+class AMIM(SentenceLatentObjective):
     """A-MIM (SentenceMIM Alg. 1): -ln p(x|z) - 1/2 (ln q(z|x) + ln P(z)), z ~ q(z|x) reparameterized."""
 
-    needs = frozenset({"sentences"})
     protocols = frozenset({"latent-variable"})
     name = "amim"
 
     def __init__(self, config: AMIMConfig) -> None:
         super().__init__()
         self.config = config
-        self.mean_length: float | None = None
 
     def loss_scale(self, vocab_size: int) -> float | None:
         return None  # -1/2 (ln q(z|x) + ln P(z)) has no scale known before training (it grows with the latent size)
-
-    def setup(self, corpus: Any, model: nn.Module) -> None:
-        require_latent_model(self, model, corpus)
-        self.mean_length = training_sentence_length(model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)

@@ -21,14 +21,13 @@ from infolm.errors import InfolmError
 from infolm.latent.base import LatentVariableModel
 from infolm.latent.estimators import beta_vae_objective
 from infolm.latent.gradients import objective_surrogate
-from infolm.objectives.base import Batch, Objective, Terms, register_objective
+from infolm.objectives.base import Batch, Terms, register_objective
 from infolm.objectives.kl_annealing import SCHEDULES, kl_weight
-from infolm.objectives.latent_mc import (
+from infolm.objectives.latent_sentences import (
+    SentenceLatentObjective,
     check_normalization,
     normalized_loss,
-    require_latent_model,
     sentence_rows,
-    training_sentence_length,
 )
 
 
@@ -53,17 +52,15 @@ class ELBOConfig:
 
 
 @register_objective("elbo", config=ELBOConfig)
-class ELBO(Objective):
+class ELBO(SentenceLatentObjective):
     """Negative ELBO of a latent-variable model, analytic KL, optional KL annealing (sVAE)."""
 
-    needs = frozenset({"sentences"})
     protocols = frozenset({"latent-variable"})
     name = "elbo"
 
     def __init__(self, config: ELBOConfig) -> None:
         super().__init__()
         self.config = config
-        self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
 
     def kl_weight(self, step: int) -> float:
         c = self.config
@@ -76,10 +73,6 @@ class ELBO(Objective):
         if self.config.normalize == "tokens" and self.config.anneal == "none":
             return super().loss_scale(vocab_size)
         return None
-
-    def setup(self, corpus: Any, model: nn.Module) -> None:
-        require_latent_model(self, model, corpus)
-        self.mean_length = training_sentence_length(model, corpus)
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         model = cast(LatentVariableModel, model)

@@ -25,13 +25,12 @@ from torch import nn
 
 from infolm.errors import InfolmError
 from infolm.latent.vq import QuantizedLatentModel, commitment_loss, straight_through
-from infolm.objectives.base import Batch, Objective, Terms, register_objective
-from infolm.objectives.latent_mc import (
+from infolm.objectives.base import Batch, Terms, register_objective
+from infolm.objectives.latent_sentences import (
+    SentenceLatentObjective,
     check_normalization,
     normalized_loss,
-    require_latent_model,
     sentence_rows,
-    training_sentence_length,
 )
 
 
@@ -51,31 +50,19 @@ class VQVAEConfig:
 
 
 @register_objective("vq-vae", config=VQVAEConfig)
-class VQVAEObjective(Objective):
+class VQVAEObjective(SentenceLatentObjective):
     """-ln p(x|z_q) + β ||z_e - sg[z_q]||² with a straight-through encoder gradient and EMA codebook updates."""
 
-    needs = frozenset({"sentences"})
     protocols = frozenset({"vector-quantized"})
     name = "vq-vae"
     config: VQVAEConfig
 
+    # loss_scale: ln|V| per token, as the Monte Carlo objectives' (``SentenceLatentObjective``): an untrained
+    # decoder's -ln p(x|z_q) (the commitment term starts small)
+
     def __init__(self, config: VQVAEConfig) -> None:
         super().__init__()
         self.config = config
-        self.mean_length: float | None = None  # mean scored tokens per training sentence (``setup``)
-        self.one_length = True  # every training sentence scores as many tokens (``setup``)
-
-    def setup(self, corpus: Any, model: nn.Module) -> None:
-        require_latent_model(self, model, corpus)
-        self.mean_length = training_sentence_length(model, corpus)
-        self.one_length = self.mean_length is None or training_sentence_length(model, corpus, True) == self.mean_length
-
-    def loss_scale(self, vocab_size: int) -> float | None:
-        """ln|V| per token, as the Monte Carlo objectives': an untrained decoder's -ln p(x|z_q) (the commitment
-        term starts small); None per sentence over the training mean length when sentence lengths vary."""
-        if self.config.normalize == "tokens" or self.one_length:
-            return super().loss_scale(vocab_size)
-        return None
 
     def forward(self, model: nn.Module, batch: Batch, output: Any) -> Terms:
         if not isinstance(model, QuantizedLatentModel):
