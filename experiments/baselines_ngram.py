@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the protocols' package
+from experiments.reproduce.jobs import run_command, shown  # noqa: E402
 from experiments.reproduce.protocol import load_protocol, runs_of  # noqa: E402
 from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
 
@@ -50,18 +47,10 @@ def protocol_runs() -> list[tuple[str, int]]:
 
 def run_json(command: list[str]) -> tuple[dict[str, Any], float]:
     """Run an ``infolm`` command with ``--json``; its last output line and the wall seconds."""
-    tick = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    wall = time.perf_counter() - tick
-    if done.returncode != 0:
-        sys.exit(f"error: {shlex.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1]), wall
-
-
-def shown(command: list[str]) -> str:
-    """The command as a reader would type it (``infolm`` for the module call)."""
-    parts = command[3:] if command[:3] == [sys.executable, "-m", "infolm"] else command
-    return shlex.join(["infolm", *parts])
+    done = run_command(command)
+    if done.rc != 0:
+        sys.exit(done.failure())
+    return done.result(), done.wall_s
 
 
 def build_and_score(arm: str, seed: int, work: Path, records: Path, keep_arpa: bool) -> dict[str, Any]:

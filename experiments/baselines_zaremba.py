@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the protocols' package
+from experiments.reproduce.jobs import run_command  # noqa: E402
 from experiments.reproduce.protocol import load_protocol, runs_of  # noqa: E402
 from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
 
@@ -42,16 +39,12 @@ def protocol_runs() -> list[tuple[str, int]]:
 
 def run_job(run: str, arm: str, seed: int, command: list[str], out: Path | None = None) -> dict[str, Any]:
     """Run an ``infolm ... --json`` command (its last output line to ``out`` if given); the job's record."""
-    tick = time.perf_counter()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
-    wall = time.perf_counter() - tick
-    shown = shlex.join(["infolm", *command[3:]])
-    if done.returncode != 0:
-        sys.exit(f"error: {shown} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    done = run_command(command)
+    if done.rc != 0:
+        sys.exit(done.failure())
     if out is not None:
-        out.write_text(json.dumps(json.loads(done.stdout.strip().splitlines()[-1]), indent=1) + "\n")
-    return {"run": run, "arm": arm, "seed": seed, "command": shown, "rc": 0, "wall_s": round(wall, 2)}
+        out.write_text(json.dumps(done.result(), indent=1) + "\n")
+    return done.entry(run=run, arm=arm, seed=seed)
 
 
 def train_and_score(arm: str, seed: int, out: Path, records: Path | None, overrides: list[str]) -> None:

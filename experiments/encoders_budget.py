@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the drivers' shared code lives in the experiments package
     sys.path.insert(0, str(ROOT))
 
-from experiments.encoders_cola import Jobs, recipe  # noqa: E402
+from experiments.encoders_cola import recipe  # noqa: E402
+from experiments.reproduce.jobs import JobLog  # noqa: E402
 from infolm.training.records import archive_run, is_record  # noqa: E402
 
 RECORDS = "encoders-budget"  # the protocol's record folder for these runs
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("encoders_budget.py: --epochs takes positive numbers of epochs")
 
     out, records = ROOT / args.out, ROOT / args.records
-    jobs = Jobs(out, args.dry_run)
+    jobs = JobLog(out, args.dry_run)
     for seed in args.seeds:
         for name in args.arms:
             arm = recipe(name)
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
                     command += [f"train.epochs={epochs}", "train.max_steps=null", *arm.overrides]
                     if args.extra_train:
                         command.append(f"task.extra_train=[{','.join(args.extra_train)}]")
-                    printed = jobs.run(run, [*command, *args.pretrain_set, "--json"])
+                    printed = jobs.run(run, [*command, *args.pretrain_set, "--json"], "encoders_budget.py")
                     if not printed:
                         continue
                     (run / "train-summary.json").write_text(printed.strip().splitlines()[-1] + "\n")

@@ -35,23 +35,20 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the protocols' reader lives in the experiments package
     sys.path.insert(0, str(ROOT))
 
+from experiments.reproduce.jobs import JobLog  # noqa: E402
 from experiments.reproduce.protocol import load_pages, runs_of  # noqa: E402
-from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
 from infolm.training.records import archive_run, is_record  # noqa: E402
 
+DRIVER = "encoders_cola.py"
 RECORDS = "encoders-cola"  # the protocols' record folder for these runs
 PAPERS = ("infoword", "imm")  # the pages whose comparisons read it
 FINETUNE_VARIANTS = ("base", "mlm", "imm")
@@ -94,64 +91,19 @@ def protocol_runs() -> tuple[list[str], list[int]]:
     return arms, seeds
 
 
-MACHINE = machine_line()
-
-
-class Jobs:
-    """The driver's job log (``OUT/jobs.jsonl``): each command with the run it made, its wall time, commit and
-    machine, kept across invocations so that a record of a reused run still names the job that made it."""
-
-    def __init__(self, out: Path, dry_run: bool) -> None:
-        self.path = out / "jobs.jsonl"
-        self.dry_run = dry_run
-        self.planned: set[Path] = set()  # a dry run's runs, each printed once
-
-    def run(self, run: Path, command: list[str]) -> str:
-        if self.dry_run and run in self.planned:
-            return ""
-        print("$", shlex.join(command), flush=True)
-        if self.dry_run:
-            self.planned.add(run)
-            return ""
-        start = time.perf_counter()
-        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        sys.stdout.write(done.stdout)
-        entry = {
-            "run": str(run),
-            "command": shlex.join(command),
-            "rc": done.returncode,
-            "wall_s": round(time.perf_counter() - start, 1),
-            "commit": git_commit(),
-            "machine": MACHINE,
-        }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(entry) + "\n")
-        if done.returncode != 0:
-            raise SystemExit(f"encoders_cola.py: the command above failed (exit {done.returncode})")
-        return done.stdout
-
-    def of(self, run: Path) -> list[dict[str, Any]]:
-        """The successful jobs that made ``run``, oldest first."""
-        if not self.path.is_file():
-            return []
-        lines = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-        return [line for line in lines if line.get("run") == str(run) and line.get("rc") == 0]
-
-
-def pretrain(arm: Arm, seed: int, out: Path, budget: list[str], jobs: Jobs) -> Path:
+def pretrain(arm: Arm, seed: int, out: Path, budget: list[str], jobs: JobLog) -> Path:
     """The encoder of ``arm`` at ``seed``, trained unless a finished run is there (its ``train-summary.json``)."""
     run_dir = out / "pretrain" / f"{arm.encoder}-s{seed}"
     if (run_dir / "train-summary.json").is_file():
         return run_dir
     command = [sys.executable, "-m", "infolm", "train", arm.config, f"run.dir={run_dir}", f"run.seed={seed}"]
-    printed = jobs.run(run_dir, [*command, *budget, *arm.overrides, "--json"])
+    printed = jobs.run(run_dir, [*command, *budget, *arm.overrides, "--json"], DRIVER)
     if printed:
         (run_dir / "train-summary.json").write_text(printed.strip().splitlines()[-1] + "\n")
     return run_dir
 
 
-def finetune(arm: Arm, seed: int, encoder: Path, out: Path, seeds: list[int], extra: list[str], jobs: Jobs) -> Path:
+def finetune(arm: Arm, seed: int, encoder: Path, out: Path, seeds: list[int], extra: list[str], jobs: JobLog) -> Path:
     """``arm``'s fine-tuning of ``encoder`` over ``seeds``, unless its summary over those seeds is there."""
     run_dir = out / "finetune" / f"{arm.name}-s{seed}"
     summary = run_dir / "summary.json"
@@ -159,11 +111,11 @@ def finetune(arm: Arm, seed: int, encoder: Path, out: Path, seeds: list[int], ex
         return run_dir
     command = [sys.executable, "-m", "infolm", "finetune", "--seeds", ",".join(map(str, seeds))]
     command += [f"configs/cola/finetune-{arm.finetune}.yaml", f"run.init_from={encoder}", f"run.dir={run_dir}"]
-    jobs.run(run_dir, [*command, *extra])
+    jobs.run(run_dir, [*command, *extra], DRIVER)
     return run_dir
 
 
-def archive(arm: Arm, seed: int, encoder: Path, tuned: Path, records: Path, jobs: Jobs) -> Path:
+def archive(arm: Arm, seed: int, encoder: Path, tuned: Path, records: Path, jobs: JobLog) -> Path:
     """``records/<arm>-s<seed>``: the encoder's small files and the fine-tuning's summary, configuration and
     logs, with both runs' jobs. The record is named after the arm, not the pretraining run that arms of one
     encoder share: ``archive_run`` names a record after the folder it is given, so it is given a link of
@@ -228,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     arms = [recipe(name) for name in (args.arms or protocol_arms)]
     seeds = args.seeds if args.seeds is not None else protocol_seeds
     out, records = ROOT / args.out, ROOT / args.records
-    jobs = Jobs(out, args.dry_run)
+    jobs = JobLog(out, args.dry_run)
     budget = [f"train.epochs={args.epochs}", f"train.max_steps={args.steps}"]
     if args.extra_train:
         budget.append(f"task.extra_train=[{','.join(args.extra_train)}]")

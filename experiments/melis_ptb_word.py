@@ -31,11 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +41,7 @@ from infolm.report import format_mean_std
 from infolm.training.records import RECORD, archive_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the protocols' package
+from experiments.reproduce.jobs import run_command  # noqa: E402
 from experiments.reproduce.protocol import arms_of, load_protocol, runs_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,10 +100,6 @@ EXTRAS_ARGS = [
 ]
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-
-
 def _recorded() -> dict[str, dict[str, Any]]:
     """The steps that the converged runs' records kept (``archive``), by key."""
     found: dict[str, dict[str, Any]] = {}
@@ -130,19 +124,17 @@ def _run(key: str, command: list[str]) -> None:
         print(f"[skip] {key}")
         return
     print(f"[run ] {key}: {' '.join(command)}", flush=True)
-    start = time.perf_counter()
-    proc = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    job = run_command(command)
     result: Any = None
-    if proc.returncode == 0:
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if job.rc == 0:
+        result = job.result()
     else:
-        sys.stderr.write(proc.stderr[-2000:])
-    record = {"key": key, "command": " ".join(command), "wall_s": wall, "rc": proc.returncode, "result": result}
+        sys.stderr.write(job.stderr[-2000:])
+    record = {"key": key, "command": " ".join(command), "wall_s": job.wall_s, "rc": job.rc, "result": result}
     OUT.mkdir(parents=True, exist_ok=True)
     with LOG.open("a") as f:
         f.write(json.dumps(record) + "\n")
-    print(f"       rc={proc.returncode} {wall:.0f}s", flush=True)
+    print(f"       rc={job.rc} {job.wall_s:.0f}s", flush=True)
 
 
 def train_jobs() -> list[tuple[str, list[str]]]:

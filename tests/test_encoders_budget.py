@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from experiments import encoders_budget as driver
-from experiments.encoders_cola import Jobs
+from experiments.reproduce.jobs import JobLog
 from experiments.reproduce.records import load_record
 
 
 def fake_training(commands: list[list[str]]):
-    """``Jobs.run`` that writes what ``infolm train`` leaves in a run directory instead of training."""
+    """``JobLog.run`` that writes what ``infolm train`` leaves in a run directory instead of training."""
 
-    def run(self: Jobs, run: Path, command: list[str]) -> str:
+    def run(self: JobLog, run: Path, command: list[str], driver: str) -> str:
         commands.append(command)
         epochs = int(next(arg for arg in command if arg.startswith("train.epochs=")).split("=")[1])
         run.mkdir(parents=True)
@@ -49,7 +49,7 @@ def fake_training(commands: list[list[str]]):
 
 def test_each_budget_is_its_own_run_and_record_without_weights(tmp_path: Path, monkeypatch) -> None:
     commands: list[list[str]] = []
-    monkeypatch.setattr(Jobs, "run", fake_training(commands))
+    monkeypatch.setattr(JobLog, "run", fake_training(commands))
     args = ["--out", str(tmp_path / "runs"), "--records", str(tmp_path / "records"), "--epochs", "4", "2"]
     driver.main(args)
     assert [c[c.index("train") + 1] for c in commands] == ["configs/ptb/bert-nce.yaml"] * 2

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments import encoders_cola as driver
+from experiments.reproduce.jobs import JobLog
 from experiments.reproduce.records import load_record
 
 
@@ -50,7 +51,7 @@ def _fake_runs(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_record_keeps_both_runs_small_files_and_jobs_and_no_weights(tmp_path: Path) -> None:
     encoder, tuned = _fake_runs(tmp_path)
-    jobs = driver.Jobs(tmp_path, dry_run=False)
+    jobs = JobLog(tmp_path, dry_run=False)
     lines = [
         {"run": str(encoder), "command": "infolm train", "rc": 0, "wall_s": 10.0, "commit": "abc", "machine": "m"},
         {"run": str(tuned), "command": "infolm finetune", "rc": 0, "wall_s": 5.0, "commit": "abc", "machine": "m"},

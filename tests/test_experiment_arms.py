@@ -171,7 +171,7 @@ def test_melis_converged_archives_each_run_when_its_last_step_ends(tmp_path: Pat
         failed = command[1] == "evaluate" and "mogrifier-s1" in command[2]
         return sp.CompletedProcess(command, 1 if failed else 0, "" if failed else '{"ppl": 1.0}\n', "x")
 
-    monkeypatch.setattr(module.subprocess, "run", fake)
+    monkeypatch.setattr(sp, "run", fake)  # every job goes through experiments.reproduce.jobs
     module.cmd_converged(argparse.Namespace(arms=["lstm", "mogrifier"], seeds=[1]))
     assert started == [("lstm-s1", []), ("mogrifier-s1", ["lstm-s1"])]
     assert sorted(p.name for p in (tmp_path / "records").iterdir()) == ["lstm-s1"]
