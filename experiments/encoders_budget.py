@@ -8,9 +8,12 @@ the same seed, so a longer run starts on the batches and masks of a shorter one;
 budget (``optim.schedule: warmup-linear`` decays to zero at the run's last update), as the CoLA runs'. The
 validation metrics (full-softmax masked-subword NLL and the accuracy of the most likely subword, on PTB's
 validation text) are logged every ``train.eval_every`` updates; the record's last evaluation is the run's
-end. Each (arm, budget, seed) becomes ``RECORDS/<arm>-e<epochs>-s<seed>/`` (no weights) with the job's
-command, commit, machine and wall time; recorded runs are skipped and a stopped run resumes when the command
-is run again. The table is ``python -m experiments.report infoword``.
+end. The run's selected weights (lowest validation NLL) are then scored on the whole validation split
+(``eval-valid.json``: the plain full-softmax reading and the prior-corrected one, ``*_prior``, which a
+contrastive encoder's scores call for; ``tasks/masked_lm.py``). Each (arm, budget, seed) becomes
+``RECORDS/<arm>-e<epochs>-s<seed>/`` (no weights) with the jobs' command, commit, machine and wall time;
+recorded runs are skipped and a stopped run resumes when the command is run again. The table is
+``python -m experiments.report infoword``.
 
     INFOLM_DATA_MIRROR=... OMP_NUM_THREADS=1 python experiments/encoders_budget.py --epochs 6 12 24 --seeds 0
 """
@@ -85,6 +88,13 @@ def main(argv: list[str] | None = None) -> None:
                     if not printed:
                         continue
                     (run / "train-summary.json").write_text(printed.strip().splitlines()[-1] + "\n")
+                scored = run / "eval-valid.json"
+                if not scored.is_file():
+                    evaluate = [sys.executable, "-m", "infolm", "evaluate", str(run), "--split", "valid", "--json"]
+                    printed = jobs.run(run, evaluate, "encoders_budget.py")
+                    if not printed:
+                        continue
+                    scored.write_text(printed.strip().splitlines()[-1] + "\n")
                 meta = {"arm": f"{name}-e{epochs}", "seed": seed, "epochs": epochs, "jobs": jobs.of(run)}
                 print(f"archived {archive_run(run, records, meta=meta)}")
 

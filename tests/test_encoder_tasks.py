@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -13,7 +15,7 @@ from infolm.config import load_config
 from infolm.data.masking import IGNORE_INDEX, MLM_INPUTS, SPAN_IDS
 from infolm.tasks import TASKS
 from infolm.tasks.classification import Classification
-from infolm.tasks.masked_lm import subword_corpus
+from infolm.tasks.masked_lm import EVAL_SEED, masked_rows, subword_corpus
 from tests.conftest import ROOT
 
 
@@ -355,3 +357,42 @@ def test_export_writes_a_model_card_from_the_run_directory_alone(ptb_slice_files
     ours = SubwordSentences.from_ids(WordPiece.load(run_dir / "tokenizer.json").encode(lines), 24).rows
     theirs = AutoTokenizer.from_pretrained(out, local_files_only=True)(lines, padding=True, truncation=True)
     assert theirs["input_ids"] == ours.tolist()
+
+
+class ZeroScores(torch.nn.Module):
+    """An encoder whose masked-subword scores are all zero: uniform under the full softmax."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, inputs, padding_mask=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(states=torch.zeros(*inputs.shape, 1))
+
+    def mlm_features(self, states):
+        return states
+
+    def mlm_logits(self, features):
+        return features.new_zeros(features.size(0), self.vocab)
+
+
+def test_the_prior_corrected_reading_adds_the_training_unigram_to_the_scores(small_corpus, tmp_path):
+    """*_prior metrics read softmax(scores + ln q), q the training subwords' add-one unigram: with all
+    scores zero that is q itself, so its NLL is the targets' mean -ln q and its argmax the commonest subword."""
+    task = masked_lm_task(small_corpus, tmp_path)
+    vocab = task.vocab_size
+    metrics = task.evaluate(ZeroScores(vocab), "valid").values
+    assert metrics["mlm_nll"] == pytest.approx(math.log(vocab)) and metrics["mlm_accuracy_prior"] > 0
+    assert torch.allclose(task.log_unigram.exp().sum(), torch.tensor(1.0))
+    targets = []
+    for number, start in enumerate(range(0, len(task.rows["valid"]), task.data.eval_batch_size)):
+        index = np.arange(start, min(start + task.data.eval_batch_size, len(task.rows["valid"])))
+        batch = masked_rows(task.rows["valid"], index, task.config, vocab, np.random.default_rng([EVAL_SEED, number]))
+        targets.append(batch.targets[batch.targets != IGNORE_INDEX])
+    targets = torch.cat(targets)
+    assert metrics["masked"] == len(targets)
+    assert metrics["mlm_nll_prior"] == pytest.approx(float(-task.log_unigram[targets].double().mean()), rel=1e-5)
+    commonest = int(task.log_unigram.argmax())
+    assert metrics["mlm_accuracy_prior"] == pytest.approx(float((targets == commonest).double().mean()))

@@ -262,6 +262,10 @@ class MaskedLM(Task):
             split: cut_rows(inner_subwords(part), continuation, self.config.max_len, self.config.pairs)
             for split, part in data.sentences.items()
         }
+        # ln q(w): the training subwords' unigram distribution (add-one), the candidates' distribution of
+        # in-batch and unigram negatives; the prior-corrected reading below adds it to the scores
+        counts = data.train.counts(data.vocab_size).double() + 1.0
+        self.log_unigram = (counts / counts.sum()).log().float()
 
     def train_batches(self, rank: int = 0, world: int = 1) -> ShuffledBatches:
         rows = self.rows["train"]
@@ -280,6 +284,8 @@ class MaskedLM(Task):
     def evaluate(self, model: Any, split: str, device: torch.device | str = "cpu") -> Metrics:
         rows = self.rows[split]
         nll, correct, count = 0.0, 0, 0
+        nll_prior, correct_prior = 0.0, 0
+        log_unigram = self.log_unigram.to(device)
         was_training = model.training
         model.eval()
         try:
@@ -292,6 +298,12 @@ class MaskedLM(Task):
                 logits = model.mlm_logits(model.mlm_features(states)).float()
                 nll += float(F.cross_entropy(logits, batch.targets[masked], reduction="sum"))
                 correct += int((logits.argmax(-1) == batch.targets[masked]).sum())
+                # InfoNCE's optimal critic is ln p(w|c) - ln q(w) + const(c) (Oord et al. 2018, Eq. 2; Kong
+                # et al. Sec. 3): for an encoder trained contrastively, softmax(scores + ln q) reads p(w|c);
+                # for one trained with the full softmax it double-counts q (read the plain metrics there)
+                corrected = logits + log_unigram
+                nll_prior += float(F.cross_entropy(corrected, batch.targets[masked], reduction="sum"))
+                correct_prior += int((corrected.argmax(-1) == batch.targets[masked]).sum())
                 count += int(masked.sum())
         finally:
             model.train(was_training)
@@ -300,14 +312,25 @@ class MaskedLM(Task):
             "mlm_nll": mean,
             "mlm_ppl": perplexity(mean),
             "mlm_accuracy": correct / max(count, 1),
+            "mlm_nll_prior": nll_prior / max(count, 1),
+            "mlm_accuracy_prior": correct_prior / max(count, 1),
             "masked": count,
         }
         notes = [
-            f"{self.config.masking} masking of {split} with a fixed seed; full-softmax cross-entropy per masked subword"
+            f"{self.config.masking} masking of {split} with a fixed seed; "
+            "full-softmax cross-entropy per masked subword",
+            "*_prior: the scores plus ln q(w), the training subwords' unigram distribution: p(w|c) as a contrastive "
+            "(NCE-trained) encoder's scores give it; a full-softmax encoder's are the plain metrics",
         ]
         return Metrics(
             values,
             selection="mlm_nll",
-            log_names={"mlm_nll": "loss", "mlm_ppl": "ppl", "mlm_accuracy": "accuracy"},
+            log_names={
+                "mlm_nll": "loss",
+                "mlm_ppl": "ppl",
+                "mlm_accuracy": "accuracy",
+                "mlm_nll_prior": "loss_prior",
+                "mlm_accuracy_prior": "accuracy_prior",
+            },
             notes=notes,
         )
