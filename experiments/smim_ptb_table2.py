@@ -72,6 +72,25 @@ def train_args(name: str) -> list[str]:
     return [arm.config, *arm.overrides, *([f"model.latent={latent}"] if latent else [])]
 
 
+def run_jobs(run: Path) -> dict[str, Any]:
+    """What a record of ``run`` says of the jobs that made it: the training command (the arm's config and
+    overrides as the protocol declares them, the run's directory and seed) with its wall time (the
+    cumulative ``elapsed`` of ``train-summary.json``, resumed parts included), and this scoring call; the
+    commit and machine they ran on."""
+    from experiments.reproduce.jobs import shown
+    from experiments.reproduce.provenance import git_commit, machine_line
+
+    arm, _, seed = run.name.rpartition("-s")
+    jobs: list[dict[str, Any]] = []
+    summary = run / "train-summary.json"
+    if summary.is_file() and arm and seed.isdigit():
+        train = [sys.executable, "-m", "infolm", "train", *train_args(arm), f"run.dir={run}", f"run.seed={seed}"]
+        elapsed = json.loads(summary.read_text()).get("elapsed")
+        jobs.append({"key": "train", "command": shown(train), **({"wall_s": round(elapsed, 1)} if elapsed else {})})
+    jobs.append({"key": "score", "command": shown(["python", *sys.argv])})  # no machine path in a record
+    return {"jobs": jobs, "commit": git_commit(), "machine": machine_line()}
+
+
 def is_lm(run: Path) -> bool:
     """A sentence LM (scored exactly by its task) rather than a latent model, by the run's config."""
     config = yaml.safe_load((run / "config.yaml").read_text()) or {}
@@ -378,7 +397,7 @@ def main() -> None:
         """With ``--archive``, the run just scored is kept as a record at once (before the next is scored)."""
         if args.archive and not is_record(run):
             try:
-                print(f"{run.name}: archived in {archive_run(run, records)}", file=sys.stderr)
+                print(f"{run.name}: archived in {archive_run(run, records, meta=run_jobs(run))}", file=sys.stderr)
             except InfolmError as failure:
                 raise SystemExit(str(failure)) from None
 

@@ -744,7 +744,7 @@ def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, mo
         run.mkdir(parents=True)
         (run / "config.yaml").write_text("run:\n  seed: 0\n")
         (run / "metrics.jsonl").write_text("{}\n")
-        (run / "train-summary.json").write_text("{}")
+        (run / "train-summary.json").write_text(json.dumps({"elapsed": 3600.04} if seed else {}))
     seen: list[list[str]] = []  # the records present when each run was scored
 
     def fake_report(run: Path, samples: int, sentences: int, *settings: object) -> dict[str, object]:
@@ -763,6 +763,13 @@ def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, mo
     assert sorted(path.name for path in records.iterdir()) == ["smim-s0", "smim-s1"]
     assert (records / "smim-s1" / "report-test-iwae20-1000.json").is_file()
     assert "smim-s1: report-test-iwae20-1000.json (run)" in capsys.readouterr().out.splitlines()
+    # the record names its jobs: the arm's training command from the protocol, with its wall time, and the scoring
+    known = json.loads((records / "smim-s1" / "record.json").read_text())
+    train, score = known["jobs"]
+    assert train["command"].startswith("infolm train configs/ptb/smim-cpu.yaml") and train["wall_s"] == 3600.0
+    assert f"run.dir={runs / 'smim-s1'}" in train["command"] and train["command"].endswith("run.seed=1")
+    assert "wall_s" not in json.loads((records / "smim-s0" / "record.json").read_text())["jobs"][0]
+    assert score["command"].endswith("--seeds 0,1 --archive") and "machine" in known and "commit" in known
 
 
 def test_imm_driver_records_stand_for_ended_runs(tmp_path: Path, capsys) -> None:
