@@ -296,15 +296,16 @@ class MaskedLM(Task):
                 masked = batch.targets != IGNORE_INDEX
                 states = model(batch.inputs, padding_mask=batch.padding_mask).states[masked]
                 logits = model.mlm_logits(model.mlm_features(states)).float()
-                nll += float(F.cross_entropy(logits, batch.targets[masked], reduction="sum"))
-                correct += int((logits.argmax(-1) == batch.targets[masked]).sum())
+                targets = batch.targets[masked]
+                nll += float(F.cross_entropy(logits, targets, reduction="sum"))
+                correct += int((logits.argmax(-1) == targets).sum())
                 # InfoNCE's optimal critic is ln p(w|c) - ln q(w) + const(c) (Oord et al. 2018, Eq. 2; Kong
                 # et al. Sec. 3): for an encoder trained contrastively, softmax(scores + ln q) reads p(w|c);
                 # for one trained with the full softmax it double-counts q (read the plain metrics there)
                 corrected = logits + log_unigram
-                nll_prior += float(F.cross_entropy(corrected, batch.targets[masked], reduction="sum"))
-                correct_prior += int((corrected.argmax(-1) == batch.targets[masked]).sum())
-                count += int(masked.sum())
+                nll_prior += float(F.cross_entropy(corrected, targets, reduction="sum"))
+                correct_prior += int((corrected.argmax(-1) == targets).sum())
+                count += len(targets)
         finally:
             model.train(was_training)
         mean = nll / max(count, 1)
