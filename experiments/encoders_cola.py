@@ -157,8 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arms", nargs="+", default=None, help="default: every arm of the protocols")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="pretraining seeds (default: protocols')")
     parser.add_argument("--finetune-seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument("--epochs", type=int, default=6, help="pretraining epochs of the text, every encoder")
-    parser.add_argument("--steps", type=int, default=3000, help="at most this many pretraining updates")
+    # 12 epochs: the budget the pretraining-budget pilot picks (encoders_budget.py; the InfoWord page's rule)
+    parser.add_argument("--epochs", type=int, default=12, help="pretraining epochs of the text, every encoder")
+    parser.add_argument("--steps", type=int, default=None, help="at most this many updates (default: no cap)")
     parser.add_argument(
         "--extra-train",
         nargs="*",
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     seeds = args.seeds if args.seeds is not None else protocol_seeds
     out, records = ROOT / args.out, ROOT / args.records
     jobs = JobLog(out, args.dry_run)
-    budget = [f"train.epochs={args.epochs}", f"train.max_steps={args.steps}"]
+    budget = [f"train.epochs={args.epochs}", f"train.max_steps={'null' if args.steps is None else args.steps}"]
     if args.extra_train:
         budget.append(f"task.extra_train=[{','.join(args.extra_train)}]")
     budget += args.pretrain_set
