@@ -111,12 +111,14 @@ def latent_run_report(
     aggregate: bool = False,
     aggregate_components: int | None = None,
     part: tuple[int, int] | None = None,
+    neighbors: tuple[int, int] = (0, 1),
 ) -> dict[str, Any] | None:
     """The run's test report for these settings (cached), with the IWAE bound under each widened proposal
     of ``floors`` (log-variance floors; the model itself is unchanged) under ``widened``, the BLEU-1 of
     sampled reconstructions added to an older report that has the greedy one only, and with ``aggregate``
     the bound under the aggregated posterior of the training split (of at most ``aggregate_components``
-    training sentences) under ``aggregate_prior``.
+    training sentences) under ``aggregate_prior``, its proposal with ``neighbors`` (M, D) D draws from each of
+    the M training posteriors nearest q's mean (a report scored with another proposal is scored again).
 
     The importance-sampled bounds (own proposal, aggregated prior from the same draws, widened proposals) are
     sums over the test batches (``infolm.evaluation.latent_passes``): with ``part`` (I, N) this call scores
@@ -135,7 +137,7 @@ def latent_run_report(
     if is_record(run):
         if part is not None:
             return None  # a record has no checkpoint: nothing to score
-        return recorded(run, report_path(run, sentences, samples), floors, aggregate)
+        return recorded(run, report_path(run, sentences, samples), floors, aggregate, neighbors)
     config, corpus, model = load_run(run, "cpu", full_splits=True)
     deterministic = deterministic_latent(config.objective)
     saved = report_path(run, sentences, samples)
@@ -149,7 +151,7 @@ def latent_run_report(
     eos = corpus.vocab.eos_id
     # the importance-sampled passes the report still needs (an auto-encoder's report has none)
     need_bounds = report is None and not deterministic
-    need_aggregate = aggregate and not deterministic and (report is None or "aggregate_prior" not in report)
+    need_aggregate = aggregate and not deterministic and not same_proposal(report, neighbors)
     widened = {} if report is None else report.get("widened", {})
     missing = [] if deterministic else [floor for floor in floors or [] if f"{floor:g}" not in widened]
     # a floor that binds on no posterior leaves q as it is: its bound is the report's own, not computed again
@@ -161,16 +163,18 @@ def latent_run_report(
 
             prior = aggregate_posterior(model, list(corpus.sentences("train")), eos, components=aggregate_components)
         settings = {"samples": samples, "sentences": len(scored), "aggregate": need_aggregate, "floors": binding}
+        if need_aggregate and neighbors[0] > 0:  # shards of another proposal do not merge into this one
+            settings["neighbors"] = list(neighbors)
         chunk = max(1, min(samples, 10))
         if part is not None:
             batches = shard_batches(len(scored), BATCH, *part)
-            sums = score_passes(model, scored, eos, samples, chunk, BATCH, batches, prior, binding)
+            sums = score_passes(model, scored, eos, samples, chunk, BATCH, batches, prior, binding, 0, *neighbors)
             write_json_atomic(part_path(saved, *part), {"settings": settings, "sums": sums.state()})
             print(f"{run.name}: shard {part[0]}/{part[1]} scored ({len(batches)} batches)", file=sys.stderr)
             return None
         passes = merged_shards(run, saved, settings)
         if passes is None:
-            passes = score_passes(model, scored, eos, samples, chunk, BATCH, None, prior, binding)
+            passes = score_passes(model, scored, eos, samples, chunk, BATCH, None, prior, binding, 0, *neighbors)
     elif part is not None:
         return None  # nothing left to score in shards
     if report is None:
@@ -196,7 +200,8 @@ def latent_run_report(
             BATCH,
             aggregate_components,
             prior=prior,
-            bound=aggregate_section(passes, prior.components),
+            bound=aggregate_section(passes, prior.components, *neighbors),
+            neighbors=neighbors,
         )
         write_json_atomic(saved, report)
     if missing:
@@ -221,6 +226,9 @@ def latent_run_report(
 
 
 BATCH = 20  # sentences per batch of every pass over the test split
+# the aggregated-prior bound's proposal: q(z|x) and D draws from each of the M nearest training posteriors,
+# (M, D) chosen by a pilot on validation sentences (the SentenceMIM page's notes)
+NEIGHBORS = (50, 2)
 
 
 def part_path(saved: Path, part: int, parts: int) -> Path:
@@ -268,10 +276,27 @@ def new_report(
     )
 
 
-def recorded(run: Path, saved: Path, floors: list[float] | None = None, aggregate: bool = False) -> dict[str, Any]:
+def same_proposal(report: dict[str, Any] | None, neighbors: tuple[int, int]) -> bool:
+    """Whether ``report`` has the aggregated-prior bound with this proposal (``neighbors`` (M, D); a report
+    scored before neighbour draws existed has q alone)."""
+    section = None if report is None else report.get("aggregate_prior")
+    if section is None:
+        return False
+    if int(section.get("neighbors", 0)) != neighbors[0]:
+        return False
+    return neighbors[0] == 0 or int(section.get("neighbor_draws", 0)) == neighbors[1]
+
+
+def recorded(
+    run: Path,
+    saved: Path,
+    floors: list[float] | None = None,
+    aggregate: bool = False,
+    neighbors: tuple[int, int] = (0, 1),
+) -> dict[str, Any]:
     """A record's report for these settings, as it is (a record has no checkpoint to score again; one
-    scored before sampled reconstructions or the aggregated-prior bound existed holds neither, and the page
-    shows the gap)."""
+    scored before sampled reconstructions or the aggregated-prior bound existed holds neither, one scored
+    with another proposal for that bound holds its own, and the page shows the gap)."""
     if not saved.is_file():
         raise SystemExit(f"{run} is a record without {saved.name}: it has no checkpoint to score")
     report = dict(json.loads(saved.read_text()))
@@ -281,6 +306,13 @@ def recorded(run: Path, saved: Path, floors: list[float] | None = None, aggregat
     if aggregate and "aggregate_prior" not in report and not report["bounds"].get("deterministic"):
         gap = "a record scored before the aggregated-prior bound existed, read without it"
         print(f"{run.name}: {gap}", file=sys.stderr)
+    elif aggregate and "aggregate_prior" in report and not same_proposal(report, neighbors):
+        section = report["aggregate_prior"]
+        held = f"{int(section.get('neighbors', 0))} neighbours x {int(section.get('neighbor_draws', 0))} draws"
+        print(
+            f"{run.name}: a record whose aggregated-prior bound has another proposal ({held}), read as it is",
+            file=sys.stderr,
+        )
     return report
 
 
@@ -357,6 +389,15 @@ def main() -> None:
         help="components of that mixture: a seeded subsample of the training sentences (0: all of them)",
     )
     parser.add_argument(
+        "--aggregate-neighbors",
+        type=int,
+        nargs=2,
+        default=list(NEIGHBORS),
+        metavar=("M", "D"),
+        help="that bound's proposal: q(z|x) and D draws from each of the M training posteriors nearest its mean "
+        f"(0 1: q alone; default {NEIGHBORS[0]} {NEIGHBORS[1]})",
+    )
+    parser.add_argument(
         "--part",
         default="",
         metavar="I/N",
@@ -368,6 +409,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.aggregate_components < 0:
         raise SystemExit(f"--aggregate-components must be 0 (all) or positive, got {args.aggregate_components}")
+    if args.aggregate_neighbors[0] < 0 or args.aggregate_neighbors[1] < 1:
+        raise SystemExit(f"--aggregate-neighbors M D needs M >= 0 and D >= 1, got {args.aggregate_neighbors}")
+    neighbors = (args.aggregate_neighbors[0], args.aggregate_neighbors[1])
     if args.samples < 1 or args.sentences < 0:
         raise SystemExit(f"--samples must be at least 1 and --sentences 0 or more: {args.samples}, {args.sentences}")
     part = None
@@ -415,7 +459,7 @@ def main() -> None:
                 if not is_lm(run):
                     floors, aggregate = args.proposal_floors, args.aggregate_prior
                     components = args.aggregate_components or None
-                    latent_run_report(run, args.samples, args.sentences, floors, aggregate, components, part)
+                    latent_run_report(run, args.samples, args.sentences, floors, aggregate, components, part, neighbors)
                 continue
             if is_lm(run):
                 lm_run_report(run, args.sentences)
@@ -428,6 +472,7 @@ def main() -> None:
                     args.proposal_floors,
                     args.aggregate_prior,
                     args.aggregate_components or None,
+                    neighbors=neighbors,
                 )
                 saved = report_path(run, args.sentences, args.samples)
             keep(run)

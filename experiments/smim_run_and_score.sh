@@ -6,9 +6,10 @@
 # into the report with the other sections, archives the record (replacing an earlier record of the run) and
 # rebuilds the page. Cost for sMIM on PTB: about 100 min of training (30 epochs, one core), and for the scoring,
 # measured on 40 test sentences with three processes sharing two cores: 36 s for IWAE-500 with its own prior,
-# 8 s more for the aggregated prior (42,068 components) from the same draws, 29 s for the widened proposal, so
-# about 115 core-minutes over the 3,761 test sentences under that load (less alone), about an hour with the two
-# shards, plus a few minutes for MELBO, BLEU-1 and the entropy: a run fits a 3-hour session started at once.
+# 8 s more for the aggregated prior (42,068 components) from the same draws (with q alone; its proposal now adds
+# 2 draws from each of 50 nearest training posteriors, 100 decodings per sentence more: about a fifth more), 29 s
+# for the widened proposal, so about 115 core-minutes over the 3,761 test sentences under that load (less alone),
+# about an hour with the two shards, plus a few minutes for MELBO, BLEU-1 and the entropy: a run fits a 3-hour session started at once.
 # Measured for smim-s0 (2-core AMD EPYC, one other process beside it): training 3.5 min per epoch on one
 # thread, the two shards 50-55 min each, the merge with MELBO, BLEU-1 and the entropy 2 min.
 set -euo pipefail

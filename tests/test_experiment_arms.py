@@ -715,6 +715,21 @@ def test_smim_driver_reads_a_record_as_it_is(tmp_path: Path, monkeypatch, capsys
     captured = capsys.readouterr()
     assert "smim-s0: report-test-iwae500-all.json (record)" in captured.out.splitlines()
     assert "smim-s0: a record scored before the aggregated-prior bound existed, read without it" in captured.err
+    # one whose bound has q alone as its proposal, asked with neighbour draws (the default), is read as it is
+    saved = records / "smim-s0" / "report-test-iwae500-all.json"
+    saved.write_text(json.dumps({**report, "aggregate_prior": {"nll_aggregate_prior": 900.0}}))
+    module.main()
+    captured = capsys.readouterr()
+    assert "smim-s0: report-test-iwae500-all.json (record)" in captured.out.splitlines()
+    assert "another proposal (0 neighbours x 0 draws), read as it is" in captured.err
+    monkeypatch.setattr(
+        sys, "argv", [*argv, "--seeds", "0", "--sentences", "0", "--aggregate-prior", "--aggregate-neighbors", "0", "1"]
+    )
+    module.main()
+    assert "another proposal" not in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", [*argv, "--aggregate-neighbors", "2", "0"])
+    with pytest.raises(SystemExit, match="--aggregate-neighbors M D needs"):
+        module.main()
     monkeypatch.setattr(sys, "argv", [*argv, "--sentences", "1000", "--arms", "smim", "--seeds", "0"])
     with pytest.raises(SystemExit, match="smim-s0 is a record without report-test-iwae500-1000.json"):
         module.main()
@@ -747,7 +762,7 @@ def test_smim_table_archives_each_run_as_soon_as_it_is_scored(tmp_path: Path, mo
         (run / "train-summary.json").write_text(json.dumps({"elapsed": 3600.04} if seed else {}))
     seen: list[list[str]] = []  # the records present when each run was scored
 
-    def fake_report(run: Path, samples: int, sentences: int, *settings: object) -> dict[str, object]:
+    def fake_report(run: Path, samples: int, sentences: int, *settings: object, **options: object) -> dict[str, object]:
         seen.append(sorted(path.name for path in records.iterdir()) if records.is_dir() else [])
         bounds = {"nll": 1.0, "ppl": 2.0, "rate": 0.5, "mutual_information": 0.4, "active_units": 3}
         report = {"bounds": bounds, "reconstruction": {"bleu1": 0.3, "bleu1_authors": 0.3},

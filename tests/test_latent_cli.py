@@ -115,6 +115,14 @@ def test_evaluate_scores_greedy_bleu_and_the_aggregate_prior_bound_on_request(
     )
     code, _, err = run(capsys, "latent", "evaluate", smim, "--aggregate-components", "-1")
     assert code != 0 and "--aggregate-components" in err and "Traceback" not in err
+    code, out, _ = run(
+        capsys, *args, "--aggregate-prior", "--aggregate-components", "3", "--aggregate-neighbors", "2", "4"
+    )
+    mixed = json.loads(out)["aggregate_prior"]
+    assert code == 0 and mixed["neighbors"] == 2 and mixed["neighbor_draws"] == 4 and "2 nearest" in mixed["note"]
+    assert aggregate["neighbors"] == 0 and "proposal q(z|x)" in aggregate["note"]
+    code, _, err = run(capsys, "latent", "evaluate", smim, "--aggregate-neighbors", "3", "0")
+    assert code != 0 and "--aggregate-neighbors" in err and "Traceback" not in err
 
 
 def test_auto_encoder_evaluation_reports_reconstruction_not_bounds(
@@ -323,3 +331,22 @@ def test_a_model_of_single_symbols_is_evaluated_without_the_sentence_steps(
     for args in (["reconstruct", synthetic, "the cat"], ["sample", synthetic], ["interpolate", synthetic, "a", "b"]):
         code, out, err = run(capsys, "latent", *args)
         assert code == 2 and out == "" and "decodes no sentences" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_neighbour_proposal_pilot_scores_each_proposal_on_validation(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from experiments import smim_neighbor_proposal as pilot
+
+    argv = ["smim_neighbor_proposal.py", str(runs["smim"]), "--sentences", "3", "--samples", "4"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--proposals", "0x1", "2x3", "--json"])
+    pilot.main()
+    rows = json.loads(capsys.readouterr().out)
+    assert [(row["neighbors"], row["neighbor_draws"]) for row in rows] == [(0, 0), (2, 3)]
+    assert all(math.isfinite(row["nll_aggregate_prior"]) and row["sentences"] == 3 for row in rows)
+    monkeypatch.setattr(sys, "argv", [*argv, "--proposals", "2x0"])
+    with pytest.raises(SystemExit):
+        pilot.main()
+    assert "a proposal is MxD" in capsys.readouterr().err

@@ -148,3 +148,43 @@ def test_the_table_driver_merges_shards_into_the_report_one_process_would_write(
     other.mkdir()
     module.latent_run_report(other, 20, 0, [1.0], False, None, (1, 1))
     assert module.merged_shards(other, module.report_path(other, 0, 20), {"samples": 20}) is None
+
+
+def test_the_aggregate_bound_with_neighbour_draws_is_the_same_in_shards_and_in_one_call() -> None:
+    """The neighbour proposal's draws follow each batch's seed: shards, one pass and ``aggregate_prior_bound``
+    give one number; the own-proposal bounds of the pass are untouched by the extra draws."""
+    model = tiny()
+    data = sentences()
+    prior = aggregate_posterior(model, data[:5], EOS, batch_size=3)
+    plain = score_passes(model, data, EOS, 20, 10, len(data), aggregate=prior, seed=1)
+    mixed = score_passes(model, data, EOS, 20, 10, len(data), aggregate=prior, seed=1, neighbors=3, neighbor_draws=2)
+    assert bounds_section(mixed) == bounds_section(plain)
+    section = aggregate_section(mixed, prior.components, 3, 2)
+    assert section["neighbors"] == 3 and section["neighbor_draws"] == 2
+    assert section["nll_aggregate_prior"] != aggregate_section(plain, prior.components)["nll_aggregate_prior"]
+    bound = aggregate_prior_bound(
+        model, data, prior, EOS, 20, 10, len(data), seed=BATCH_SEEDS, neighbors=3, neighbor_draws=2
+    )
+    for key in ("nll_aggregate_prior", "nll_words_aggregate_prior", "neighbors", "neighbor_draws"):
+        assert section[key] == pytest.approx(bound[key], rel=1e-12), key
+    whole = score_passes(model, data, EOS, 20, 10, 2, aggregate=prior, seed=1, neighbors=3, neighbor_draws=2)
+    parts = [
+        score_passes(
+            model,
+            data,
+            EOS,
+            20,
+            10,
+            2,
+            shard_batches(len(data), 2, part, 2),
+            prior,
+            seed=1,
+            neighbors=3,
+            neighbor_draws=2,
+        )
+        for part in (1, 2)
+    ]
+    merged = aggregate_section(merge_passes(parts), prior.components, 3, 2)
+    assert merged["nll_aggregate_prior"] == pytest.approx(
+        aggregate_section(whole, prior.components, 3, 2)["nll_aggregate_prior"], rel=1e-12
+    )

@@ -79,6 +79,15 @@ def add_latent_parser(subparsers: Any) -> None:
         default=0,
         help="mixture components of that prior: a seeded subsample of the training sentences (0: all)",
     )
+    q.add_argument(
+        "--aggregate-neighbors",
+        type=int,
+        nargs=2,
+        default=[0, 1],
+        metavar=("M", "D"),
+        help="that bound's proposal adds D draws from each of the M training posteriors nearest q's mean "
+        "(a valid, tighter bound of the same model when posteriors are sharp; 0 1: q alone)",
+    )
     q.add_argument("--seed", type=int, default=0, help="seed of the latent draws and sampling")
     q.add_argument("--json", action="store_true", help="print the results as JSON")
     q.set_defaults(func=cmd_evaluate)
@@ -209,6 +218,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise InfolmError(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}")
     if args.aggregate_components < 0:
         raise InfolmError(f"--aggregate-components must be 0 (all) or positive, got {args.aggregate_components}")
+    if args.aggregate_neighbors[0] < 0 or args.aggregate_neighbors[1] < 1:
+        raise InfolmError(f"--aggregate-neighbors M D needs M >= 0 and D >= 1, got {args.aggregate_neighbors}")
     config, corpus, model = _load(args.run_dir)
     mode = _mode(config, args.mode)
     report = latent_report(
@@ -226,6 +237,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         decodings=tuple(dict.fromkeys(args.bleu_decoding)),
         aggregate_prior=args.aggregate_prior,
         aggregate_components=args.aggregate_components or None,
+        aggregate_neighbors=(args.aggregate_neighbors[0], args.aggregate_neighbors[1]),
     )
     if args.json:
         print(json.dumps(report))

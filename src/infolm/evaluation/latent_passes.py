@@ -78,10 +78,15 @@ def score_passes(
     aggregate: AggregatePosterior | None = None,
     floors: Sequence[float] = (),
     seed: int = 0,
+    neighbors: int = 0,
+    neighbor_draws: int = 1,
 ) -> PassSums:
     """The passes over ``batches`` (indices into the split's ``batch_size`` batches; None: all) of
     ``sentences`` (each ending in ``<eos>``): the own-proposal bounds, with ``aggregate`` the bound under
-    that prior from the same draws, and for each of ``floors`` the bound under the proposal widened to it."""
+    that prior from the same draws (and, with ``neighbors``, ``neighbor_draws`` from each of the nearest
+    training components: ``aggregate_terms``), and for each of ``floors`` the bound under the proposal
+    widened to it."""
+    from infolm.evaluation.aggregate_prior import aggregate_terms
     from infolm.evaluation.latent_report import widened_floor
 
     every = list(sentence_batches(list(sentences), batch_size, pad_id=eos_id))
@@ -108,15 +113,16 @@ def score_passes(
             draws = draw(model, tokens, lengths, samples, chunk, posterior=q)
             sums.bounds.add(bounds_of_draws(q, draws), scored)
             if aggregate is not None and sums.aggregate is not None:
-                log_ratio = aggregate.log_prob(draws.z) - draws.log_posterior  # ln p̂(z) - ln q(z|x), (K, B)
-                sums.aggregate["total"] += float(iwae_bound(draws.log_likelihood, log_ratio).double().sum())
+                h, log_ratio, end = aggregate_terms(
+                    model, tokens, lengths, q, draws, aggregate, neighbors, neighbor_draws, chunk
+                )
+                sums.aggregate["total"] += float(iwae_bound(h, log_ratio).double().sum())
                 sums.aggregate["examples"] += len(lengths)
                 sums.aggregate["tokens"] += scored
-                if draws.log_likelihood_end is None:
+                if end is None:
                     sums.aggregate["words_total"] = math.nan
                 else:  # the words alone (Sec. 4.3)
-                    ended = draws.log_likelihood - draws.log_likelihood_end
-                    sums.aggregate["words_total"] += float(iwae_bound(ended, log_ratio).double().sum())
+                    sums.aggregate["words_total"] += float(iwae_bound(h - end, log_ratio).double().sum())
                     sums.aggregate["words"] += scored - len(lengths)
             for key, floor in widened_floors.items():
                 model.config.min_log_var = floor
@@ -165,8 +171,9 @@ def bounds_section(sums: PassSums) -> dict[str, Any]:
     return dataclasses.asdict(sums.bounds.metrics())
 
 
-def aggregate_section(sums: PassSums, components: int) -> dict[str, float]:
-    """The aggregated-prior bound as ``aggregate_prior_bound`` reports it."""
+def aggregate_section(sums: PassSums, components: int, neighbors: int = 0, neighbor_draws: int = 1) -> dict[str, float]:
+    """The aggregated-prior bound as ``aggregate_prior_bound`` reports it (``neighbors``, ``neighbor_draws``:
+    the proposal the passes were scored with)."""
     if sums.aggregate is None:
         raise InfolmError("these passes have no aggregated-prior bound")
     a = sums.aggregate
@@ -177,6 +184,8 @@ def aggregate_section(sums: PassSums, components: int) -> dict[str, float]:
         "ppl_aggregate_prior": math.exp(min(-a["total"] / tokens, 700.0)),
         "components": float(components),
         "samples": float(sums.bounds.samples),
+        "neighbors": float(neighbors),
+        "neighbor_draws": float(neighbor_draws if neighbors > 0 else 0),
         "sentences": a["examples"],
         "tokens": a["tokens"],
     }

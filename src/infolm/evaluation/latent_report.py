@@ -120,6 +120,7 @@ def latent_report(
     aggregate_prior: bool = False,
     aggregate_components: int | None = None,
     bounds: dict[str, Any] | None = None,
+    aggregate_neighbors: tuple[int, int] = (0, 1),
 ) -> dict[str, Any]:
     """The report of ``model`` on ``split`` of ``corpus`` (the vocabulary's ``<eos>`` ends sentences).
 
@@ -127,7 +128,8 @@ def latent_report(
     never trained, so no likelihood bound, rate, MI or MELBO is reported; ``bounds`` holds the
     reconstruction NLL at the mean and the active units instead. ``decodings``: the BLEU-1 sections to
     score (``sampled``, ``greedy``). ``aggregate_prior``: also the bound under the training split's
-    aggregated posterior, of at most ``aggregate_components`` training sentences (None: all). ``bounds``:
+    aggregated posterior, of at most ``aggregate_components`` training sentences (None: all), its proposal
+    with ``aggregate_neighbors`` (M, D) D draws from each of the M nearest training components. ``bounds``:
     the own-proposal bounds already computed for these sentences, samples and seed (``evaluation/latent_passes.py``,
     in shards), used instead of a pass of its own.
     """
@@ -194,7 +196,16 @@ def latent_report(
             report["melbo"] = dataclasses.asdict(result)
         if aggregate_prior and not deterministic:
             report["aggregate_prior"] = aggregate_prior_section(
-                model, corpus, sentences, split, samples, chunk, batch_size, aggregate_components, seed
+                model,
+                corpus,
+                sentences,
+                split,
+                samples,
+                chunk,
+                batch_size,
+                aggregate_components,
+                seed,
+                neighbors=aggregate_neighbors,
             )
     finally:
         model.train(was_training)
@@ -248,11 +259,13 @@ def aggregate_prior_section(
     seed: int = 0,
     prior: Any = None,
     bound: dict[str, float] | None = None,
+    neighbors: tuple[int, int] = (0, 1),
 ) -> dict[str, Any]:
     """The IWAE-``samples`` bound of ``sentences`` (of ``split``) under the aggregated posterior of the
     training split (Eq. 9), of ``components`` training sentences at most (a subsample drawn with ``seed``),
     and the MI of that mixture's encoding distribution, I_q(X; Z) <= ln N (``mi_aggregate``). ``prior``: that
-    mixture when the caller has built it; ``bound``: the bound when already computed (``latent_passes``)."""
+    mixture when the caller has built it; ``bound``: the bound when already computed (``latent_passes``);
+    ``neighbors`` (M, D): the proposal adds D draws from each of the M nearest training components."""
     from infolm.evaluation.aggregate_prior import aggregate_posterior, aggregate_prior_bound
     from infolm.latent.aggregate_prior import aggregate_mutual_information, component_subset
 
@@ -261,7 +274,7 @@ def aggregate_prior_section(
     if prior is None:
         prior = aggregate_posterior(model, train, eos, components=components, seed=seed)
     if bound is None:
-        bound = aggregate_prior_bound(model, sentences, prior, eos, samples, chunk, batch_size, seed)
+        bound = aggregate_prior_bound(model, sentences, prior, eos, samples, chunk, batch_size, seed, *neighbors)
     result: dict[str, Any] = dict(bound)
     result["train_sentences"] = len(train)
     # SentenceMIM's own MI, I_q(X; Z) of the training sentences' encoding distribution (<= ln N): 10 draws
@@ -274,6 +287,11 @@ def aggregate_prior_section(
         f"prior: the aggregated posterior of {prior.components} of the {len(train)} training sentences"
         + ("" if prior.components == len(train) else f" (a subsample, seed {seed})")
         + "; a bound for held-out sentences"
+        + (
+            f"; proposal q(z|x) and {neighbors[1]} draws from each of the {neighbors[0]} nearest training posteriors"
+            if neighbors[0] > 0
+            else "; proposal q(z|x)"
+        )
         + (": the scored sentences are in the mixture" if split == "train" else "")
     )
     return result
