@@ -8,4 +8,5 @@ export INFOLM_OFFLINE=1
 ruff check src tests benchmarks examples experiments
 ruff format --check src tests benchmarks examples experiments
 mypy src experiments
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest
+# one test process per core (INFOLM_TEST_WORKERS: a number, or 0 for one process), one thread each
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest -n "${INFOLM_TEST_WORKERS:-auto}"
