@@ -162,6 +162,7 @@ class NeighborProposal:
         self.draws = draws
         self.mean = prior.means[self.index].double()  # (B, M, D)
         self.log_var = prior.log_vars[self.index].double()
+        self.precision = torch.exp(-self.log_var)  # read by every chunk of log_neighbors
 
     @property
     def neighbors(self) -> int:
@@ -178,7 +179,7 @@ class NeighborProposal:
         out = []
         for part in z.double().split(64):  # (s, B, D_z): (s, B, M, D_z) of differences at a time
             diff = part.unsqueeze(2) - self.mean
-            log_normal = -0.5 * (diff * diff * torch.exp(-self.log_var) + self.log_var + math.log(2 * math.pi))
+            log_normal = -0.5 * (diff * diff * self.precision + self.log_var + math.log(2 * math.pi))
             out.append(torch.logsumexp(log_normal.sum(-1), dim=2) - math.log(self.neighbors))
         return torch.cat(out)
 
