@@ -69,10 +69,8 @@ import argparse
 import json
 import math
 import os
-import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -91,6 +89,13 @@ from infolm.training.records import archive_run, is_record, runs_and_records
 from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
+    sys.path.insert(0, str(ROOT))
+
+from experiments.reproduce.jobs import run_command  # noqa: E402
+from experiments.reproduce.protocol import load_protocol, runs_of  # noqa: E402
+from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
+
 SCORE = "score.json"  # a record's copy of OUT/ARM-sSEED.score.json
 
 
@@ -111,10 +116,6 @@ REAL = "real"  # the protocol's arm for real training text: scored (MI, reverse 
 def protocol_runs(budget: str = "converged") -> tuple[tuple[str, ...], list[int]]:
     """The trained arms (control first) and the seeds that ``experiments/protocols/bmi.yaml`` reads from
     this driver's records; the real-text row is scored beside every seed's baseline."""
-    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
-        sys.path.insert(0, str(ROOT))
-    from experiments.reproduce.protocol import load_protocol, runs_of
-
     runs = runs_of(load_protocol("bmi"), records=records_of(budget).name)
     arms = tuple(dict.fromkeys(arm for arm, _ in runs if arm != REAL))
     seeds = sorted({seed for _, seed in runs})
@@ -325,12 +326,6 @@ def score_real(out: Path, seed: int, budget: Budget) -> dict[str, Any]:
     }
 
 
-def commit() -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-
-
 def budget_of_folder(out: Path) -> str | None:
     """The budget of the score files already in ``out`` (None: none yet)."""
     for path in sorted(out.glob("*.score.json")):
@@ -346,9 +341,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if held not in (None, args.budget):
         sys.exit(f"error: {args.out} holds runs of the {held} budget, not {args.budget}")
     torch.set_num_threads(1)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
     args.out.mkdir(parents=True, exist_ok=True)
-    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    machine = machine_line()
     recorded = records_of(args.budget)
     # runs with extra overrides (or a study's settings) are not the protocol's: they never replace its
     # records unasked, and a recorded protocol run does not stand for them
@@ -371,15 +365,15 @@ def cmd_train(args: argparse.Namespace) -> None:
             epochs, failed = first_limit(args.out / f"{arm}-s{seed}", budget, args.override), False
             while True:
                 limit = [] if epochs is None else [f"train.epochs={epochs}"]
-                done = subprocess.run([*command, *limit, "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
-                if done.returncode != 0:  # a failed arm (say, a diverged run) does not keep the others from training
-                    print(f"  {arm} s{seed}: training failed (exit {done.returncode}): {done.stderr.strip()[-500:]}",
+                done = run_command([*command, *limit, "--json"])  # one thread
+                if done.rc != 0:  # a failed arm (say, a diverged run) does not keep the others from training
+                    print(f"  {arm} s{seed}: training failed (exit {done.rc}): {done.stderr.strip()[-500:]}",
                           file=sys.stderr)  # fmt: skip
                     failed = True
                     break
                 if epochs is None:
                     break
-                summary = json.loads(done.stdout.strip().splitlines()[-1])
+                summary = done.result()
                 records = read_metrics(args.out / f"{arm}-s{seed}" / "metrics.jsonl")
                 more = extended_limit(summary, records, epochs)
                 if more is None:
@@ -394,7 +388,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             record = score_run(args.out / f"{arm}-s{seed}", seed, budget)
             record.update(
                 arm=arm, seed=seed, budget=args.budget, command=shown, train_s_this_call=train_s,
-                score_s=time.perf_counter() - tick, commit=commit(), machine=machine,
+                score_s=time.perf_counter() - tick, commit=git_commit(), machine=machine,
                 reverse_lm=budget.reverse, mi_estimator=budget.mi, gen_tokens=budget.gen_tokens,
             )  # fmt: skip
             write_json(score_path, record)
@@ -412,7 +406,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         if not real_path.exists() and (args.out / f"baseline-s{seed}.score.json").exists():
             tick = time.perf_counter()
             real = score_real(args.out, seed, budget)
-            real.update(seed=seed, budget=args.budget, score_s=time.perf_counter() - tick, commit=commit(),
+            real.update(seed=seed, budget=args.budget, score_s=time.perf_counter() - tick, commit=git_commit(),
                         gen_tokens=budget.gen_tokens, machine=machine)  # fmt: skip
             write_json(real_path, real)
             if keep:

@@ -181,28 +181,28 @@ def test_bmi_train_archives_each_converged_run_as_soon_as_it_is_scored(tmp_path:
     """A converged run's record is written the moment its score is, before the next arm trains: a machine
     lost in the middle of a queue still leaves the numbers of every arm it scored in the working tree.
     The smoke budget keeps no records."""
-    import subprocess
+    from experiments.reproduce.jobs import Done
 
     module = experiment("bmi_ptb_table2")
     out, kept = tmp_path / "runs", tmp_path / "records"
     seen: list[tuple[str, list[str]]] = []  # (run trained now, records present when it started)
 
-    def fake_train(command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+    def fake_train(command: list[str], **_: object) -> Done:
         run = Path(next(word for word in command if word.startswith("run.dir=")).split("=", 1)[1])
         seen.append((run.name, sorted(path.name for path in kept.iterdir()) if kept.is_dir() else []))
         arm, seed = run.name.rsplit("-s", 1)
         bmi_run(tmp_path / "made", arm, int(seed), 1.0)
         run.parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "made" / run.name).rename(run)
-        return subprocess.CompletedProcess(command, 0, json.dumps({"epoch": 15, "early_stopped": True}) + "\n", "")
+        return Done(command, 0, 1.0, json.dumps({"epoch": 15, "early_stopped": True}) + "\n", "")
 
-    monkeypatch.setattr(module.subprocess, "run", fake_train)
+    monkeypatch.setattr(module, "run_command", fake_train)
     monkeypatch.setattr(module, "records_of", lambda budget: kept if budget == "converged" else tmp_path / "smoke")
     monkeypatch.setattr(module, "extended_limit", lambda summary, records, epochs: None)
     monkeypatch.setattr(module, "score_run", lambda run, seed, budget: {"valid": {"ppl": 9.0}, "test": {"ppl": 8.0},
                         "reverse": {"valid_ppl": 1.0, "test_ppl": 1.0}, "mi": {"mean": 0.0}})  # fmt: skip
     monkeypatch.setattr(module, "score_real", lambda out, seed, budget: {"mi": {"mean": 0.1}, "reverse": {}})
-    monkeypatch.setattr(module, "commit", lambda: "abc1234")
+    monkeypatch.setattr(module, "git_commit", lambda: "abc1234")
     args = argparse.Namespace(out=out, seeds=[0], arms=["baseline", "full"], budget="converged", override=[])
     module.cmd_train(args)
     assert seen == [("baseline-s0", []), ("full-s0", ["baseline-s0"])]
