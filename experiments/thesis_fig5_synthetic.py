@@ -57,6 +57,13 @@ from infolm.training.metrics import read_metrics
 from infolm.training.records import archive_run, is_record
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
+    sys.path.insert(0, str(ROOT))
+
+from experiments.reproduce.protocol import load_protocol, runs_of  # noqa: E402
+from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
+
+JOB_KEYS = ("command", "wall_s", "commit", "machine")  # what a point's record keeps of the job that trained it
 DIVERGED = "diverged.json"  # in a run directory: the trainer stopped it by its divergence rule (the error)
 OPTIMUM = math.log(1000)
 
@@ -216,10 +223,6 @@ def protocol_grid(experiment: str, figures: list[str]) -> tuple[list[float], lis
     """The λ and seeds that ``experiments/protocols/thesis-ch5.yaml`` reads from these figures' records
     (``experiments/records/<experiment>/<figure>``), or None where it reads none of them (arms of
     another driver there, such as the VQ-VAE's, have no λ and are not this driver's)."""
-    if str(ROOT) not in sys.path:  # run as a script: the repository's ``experiments`` package
-        sys.path.insert(0, str(ROOT))
-    from experiments.reproduce.protocol import load_protocol, runs_of
-
     page = load_protocol("thesis-ch5")
     lams: list[float] = []
     seeds: list[int] = []
@@ -352,10 +355,12 @@ def main() -> None:
                     if not finished(found, steps):
                         todo.append((record, ROOT / base, objective(lam), run_dir, seed))
 
+    commit, machine = git_commit(), machine_line()  # what a record of a point trained by this call names
+
     def train(item: tuple[dict[str, Any], Path, dict, Path, int]) -> None:
         record, base, objective, run_dir, seed = item
         command, seconds = run_point(base, objective, run_dir, steps, seed, anneal_epoch, eval_every)
-        record.update(command=" ".join(command), wall_s=round(seconds, 1))
+        record.update(command=" ".join(command), wall_s=round(seconds, 1), commit=commit, machine=machine)
         print(f"{record['figure']} {record['curve']} λ={record['lam']:g} s{seed}: {seconds:.0f} s", flush=True)
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -372,7 +377,7 @@ def main() -> None:
         earlier = {r["run"]: r for r in json.loads((out / name).read_text()).get("runs", [])}
         for record in summary["runs"]:
             if "wall_s" not in record and "wall_s" in earlier.get(record["run"], {}):
-                record.update(command=earlier[record["run"]]["command"], wall_s=earlier[record["run"]]["wall_s"])
+                record.update({key: earlier[record["run"]][key] for key in JOB_KEYS if key in earlier[record["run"]]})
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / name, summary)
     if args.archive:
@@ -382,7 +387,7 @@ def main() -> None:
             # a run that this call did not train and that is archived already keeps its record (and the
             # command and wall time recorded when it was trained)
             if not is_record(run) and ("wall_s" in record or not kept.exists()):
-                meta = {key: record[key] for key in ("command", "wall_s") if key in record}
+                meta = {key: record[key] for key in JOB_KEYS if key in record}
                 archive_run(run, records / folder(record["figure"]), {"driver": "thesis_fig5_synthetic.py", **meta})
         print(f"archived the runs in {records}", file=sys.stderr)
     report(summary, args, out)

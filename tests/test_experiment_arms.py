@@ -475,6 +475,38 @@ def test_fig5_archive_keeps_the_record_of_a_run_it_did_not_train(tmp_path: Path,
     assert json.loads((records / figure / name / "record.json").read_text()) == kept
 
 
+def test_fig5_records_of_points_trained_now_name_their_commit_and_machine(tmp_path: Path, monkeypatch) -> None:
+    """A point this call trains, diverged or not, is archived with the command, wall time, commit and machine
+    of its job, and the reproduction pages read them (a diverged run has no checkpoint to name them)."""
+    from experiments.reproduce.records import load_record
+
+    module = experiment("thesis_fig5_synthetic")
+    figure, curves = "fig5_3_continuous", module.FIGURES["fig5_3_continuous"][1][:2]
+    records, out = tmp_path / "records", tmp_path / "out"
+
+    def fake_point(base, objective, run_dir, steps, seed, *_):  # type: ignore[no-untyped-def]
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(json.dumps({"objective": objective}))
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": steps, "loss": 7.0, "mi": 1.0}) + "\n")
+        if run_dir.name.startswith(module.slug(curves[1][0])):
+            (run_dir / module.DIVERGED).write_text(json.dumps({"error": "infolm: error: training diverged"}))
+        return ["infolm", "train", str(run_dir)], 3.5
+
+    monkeypatch.setattr(module, "run_point", fake_point)
+    monkeypatch.setattr(module, "git_commit", lambda: "c0ffee")
+    monkeypatch.setattr(module, "machine_line", lambda: "a test CPU, 2 cores")
+    argv = ["thesis_fig5_synthetic.py", "--steps", "5", "--lams", "0.3", "--seeds", "0", "--figures", figure,
+            "--curves", curves[0][0], curves[1][0], "--out", str(out), "--records", str(records), "--docs-img", "",
+            "--archive"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    module.main()
+    for label, _ in curves:
+        record = load_record(records / figure / f"{module.slug(label)}-lam0.3-s0")
+        assert [(job.commit, job.machine, job.wall_s) for job in record.jobs] == [
+            ("c0ffee", "a test CPU, 2 cores", 3.5)
+        ]
+
+
 def test_fig5_power_figure_reads_the_kl_and_renyi_points_of_the_figure_that_trained_them(
     tmp_path: Path, monkeypatch
 ) -> None:

@@ -78,7 +78,8 @@ def _machine(value: Any) -> str | None:
 def _jobs(record_json: dict[str, Any]) -> list[Job]:
     best = (record_json.get("checkpoints") or {}).get("best") or {}
     commit = best.get("git_commit") or record_json.get("commit")
-    machine = best.get("machine") or record_json.get("machine")
+    # the driver's line (CPU model, cores) over the checkpoint's (the architecture alone)
+    machine = record_json.get("machine") or best.get("machine")
     jobs = []
     for entry in [*(record_json.get("jobs") or []), *(record_json.get("log") or [])]:
         if not isinstance(entry, dict):
