@@ -25,7 +25,7 @@ imm``. Per seed, the arms this driver can train (the protocol's, then the explor
 ``train`` runs the arms ``--jobs`` at a time (a seed's continuations start when its baseline ends),
 stops whatever still trains at ``--deadline-s`` minus ``--eval-reserve-s`` (such a run is reported as
 cut, never as converged) and scores every run as soon as it ends (valid and test on the full splits,
-the induced bigram; the scoring takes a slot)::
+the induced bigram, the model mixed with the KN bigram at the α tuned on valid; the scoring takes a slot)::
 
     OMP_NUM_THREADS=1 python experiments/imm_ptb_table2_converged.py train --out runs/imm-ptb-table2-converged \
         --seeds 0 1 2 --jobs 2
@@ -396,13 +396,35 @@ def run_jobs(
         time.sleep(1.0)
 
 
+RESTRICTED_ARPA = "kn-bigram.arpa"  # in --out: the restricted model as an ARPA file, for the test-time mixture
+
+
+def restricted_arpa(out: Path) -> Path:
+    """``out``'s modified Kneser-Ney bigram of PTB train (IMM's restricted model, Table 1), written once (a few
+    seconds): the n-gram that the test scoring mixes into each model, ``(1 - α) p_model + α p_KN`` with α tuned
+    on valid, the cheap baseline with no training that every arm is shown beside."""
+    path = out / RESTRICTED_ARPA
+    if not path.is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        build = [sys.executable, "-m", "infolm", "ngram", "build", "--data", "ptb", "--order", "2",
+                 "--method", "modified-kn", "--out", str(path.with_suffix(".tmp")), "--json"]  # fmt: skip
+        done = subprocess.run(build, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"error: building the KN bigram failed: {done.stderr.strip()[-500:]}")
+        path.with_suffix(".tmp").replace(path)
+    return path
+
+
 def score_commands(out: Path, name: str, induced_tokens: int) -> list[tuple[Path, list[str]]]:
+    """Valid and test on the full splits; the test scoring adds the induced bigram (Table 1) and the model
+    mixed with the KN bigram (``interpolate``: α tuned on valid, the mixture's valid and test perplexity)."""
     run = out / name
     base = [sys.executable, "-m", "infolm", "evaluate", str(run), "--full-splits", "--json"]
     induced = ["--induced-ngram", "2"] + (["--induced-max-train-tokens", str(induced_tokens)] if induced_tokens else [])
+    mixture = ["--interpolate", str(restricted_arpa(out))]
     return [
         (run / "eval-valid.json", [*base, "--split", "valid"]),
-        (run / "eval-test.json", [*base, "--split", "test", *induced]),
+        (run / "eval-test.json", [*base, "--split", "test", *induced, *mixture]),
     ]
 
 

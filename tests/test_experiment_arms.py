@@ -663,6 +663,33 @@ def test_table5_1_table_picks_lambda_on_validation_and_lists_each_seed(jobs: int
     assert sorted(run.name for run in todo) == ["dreg-1-lam0.45-s0"]  # the archived runs are done
 
 
+def test_imm_driver_scores_test_with_the_kn_bigram_mixture_built_once(tmp_path: Path, monkeypatch) -> None:
+    """Every run's test scoring also mixes the model with IMM's restricted model (the modified KN bigram of
+    PTB train, α tuned on valid: the cheap baseline the page sets beside each arm); the ARPA file is written
+    once per run folder, never half-written."""
+    import subprocess
+
+    module = experiment("imm_ptb_table2_converged")
+    builds: list[list[str]] = []
+
+    def fake_build(command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        builds.append(command)
+        Path(command[command.index("--out") + 1]).write_text("\\data\\\n")
+        return subprocess.CompletedProcess(command, 0, "{}", "")
+
+    monkeypatch.setattr(module.subprocess, "run", fake_build)
+    out = tmp_path / "runs"
+    (valid, valid_cmd), (test, test_cmd) = module.score_commands(out, "none-s0", 0)
+    arpa = out / module.RESTRICTED_ARPA
+    assert (valid.name, test.name) == ("eval-valid.json", "eval-test.json")
+    assert "--interpolate" not in valid_cmd
+    assert test_cmd[test_cmd.index("--interpolate") + 1] == str(arpa) and arpa.is_file()
+    assert builds[0][builds[0].index("--order") + 1] == "2" and "modified-kn" in builds[0]
+    assert [path.name for path in out.iterdir()] == [module.RESTRICTED_ARPA]  # no temporary file left
+    module.score_commands(out, "imm-positions-8-s0", 0)
+    assert len(builds) == 1  # written once
+
+
 def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypatch) -> None:
     """A run that ends by itself is scored at once, its scoring taking the slot before the next training
     job: a queue that outlasts a working session still leaves the numbers of the runs it finished. Runs
