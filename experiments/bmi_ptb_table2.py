@@ -14,6 +14,16 @@ AWD-LSTM-MoS of those configs) under one of two budgets:
   still improving after a late switch, or no switch at all) is extended by 5 epochs at a time, up to
   40, until it has them. ``optim.average.latest`` is off: the switch is the NT-ASGD condition
   alone, as Merity et al. (the thesis's 80% rule is not BMI's).
+* ``mid``: the protocol's mid scale (``configs/ptb/bmi-ARM-mid.yaml``, 3.82M parameters), records in
+  ``experiments/records/bmi-ptb-table2-mid``. Every run the same 20,000 steps (about 8.7 epochs) with no early
+  stopping, validation every 550 steps, and one averaging start for every arm and seed, the iterates after
+  step 12,000, BMI-full's Phase II from the same step (chosen before its runs: the NT-ASGD trigger's step
+  decided the CPU-scale outcome as much as the regularizer). Its arms include the placebo and the BMI arms
+  at the WT2 weight 0.02 (``base-w0.02``, ``full-w0.02``: an arm name ``ARM-wW`` is ARM's config with BMI
+  weight W); it scores no real-text row (the converged budget's stands for every scale)::
+
+      OMP_NUM_THREADS=1 python experiments/bmi_ptb_table2.py train --budget mid --seeds 0
+
 * ``smoke``: 100 steps, switch at step 50 (the earlier table; it shows that the code runs, nothing more).
 
 The arms (control first) and seeds are those that ``experiments/protocols/bmi.yaml`` reads from this
@@ -122,7 +132,22 @@ def protocol_runs(budget: str = "converged") -> tuple[tuple[str, ...], list[int]
     return arms, seeds
 
 
+def scores_real(budget: str) -> bool:
+    """Whether ``train`` scores the real-text row under ``budget``: where the protocol reads it from the
+    budget's records, or reads none of them (the smoke budget); the text is the same at every model scale."""
+    runs = runs_of(load_protocol("bmi"), records=records_of(budget).name)
+    return not runs or any(arm == REAL for arm, _ in runs)
+
+
+def budget_runs(budget: str) -> tuple[tuple[str, ...], list[int]]:
+    """The arms and seeds ``train`` runs by default under ``budget``: those the protocol reads from its records
+    (the converged budget's where the protocol reads none of them: the smoke budget)."""
+    arms, seeds = protocol_runs(budget)
+    return (arms, seeds) if arms else protocol_runs("converged")
+
+
 ARMS, SEEDS = protocol_runs()
+MID_ARMS, _ = protocol_runs("mid")
 # Arms the protocol does not read, trained only when asked (``--arms``): Phase I's placebo
 # (``configs/ptb/bmi-placebo.yaml``: D_theta trains as in BMI-base, the LM gets no gradient from it).
 EXTRA_ARMS = ("placebo",)
@@ -130,6 +155,7 @@ EXTRA_ARMS = ("placebo",)
 # (configs/ptb/bmi-ARM-mid.yaml: 3.8M parameters, meant to beat the Kneser-Ney 5-gram; a study)
 SCALES = {"cpu": "", "mid": "-mid"}
 LOG_EVERY = 20  # steps between step records in the converged budget (the configs: 4); the smoke budget keeps 4
+MID_STEPS, MID_SWITCH = 20_000, 12_000  # the mid budget: steps of every run, and the last step before averaging
 
 
 @dataclass
@@ -142,6 +168,7 @@ class Budget:
     full_splits: bool  # score all of valid and test (else the configs' prefixes)
     epochs: int | None = None  # the first epoch limit (None: a step budget, never extended)
     keep_records: bool = False  # ``train`` archives each run into the repository's records once scored
+    config_suffix: str = ""  # the arms' configs: configs/ptb/bmi-ARM{suffix}.yaml
 
 
 BUDGETS = {
@@ -166,6 +193,28 @@ BUDGETS = {
         epochs=15,
         keep_records=True,
     ),
+    # The mid scale (configs/ptb/bmi-ARM-mid.yaml, 3.82M parameters), with the choices made before any of its
+    # runs: a fixed step budget and one fixed averaging start for every arm and seed (the NT-ASGD trigger of
+    # the converged budget fired 12.1k-20.9k steps into its runs, and the arms' gaps opened only after it).
+    "mid": Budget(
+        train=[
+            # ~8.7 epochs of ~2,300 steps: ~1.5 hours of the baseline on one core (0.27 s per step)
+            f"train.max_steps={MID_STEPS}",
+            "train.eval_every=550",  # about a quarter epoch, as the converged budget
+            "train.early_stopping=0",  # a fixed budget: every run ends at the same step
+            "optim.average.nonmono=0",
+            f"optim.average.start={MID_SWITCH + 1}",  # the iterates from step MID_SWITCH + 1 on are averaged
+            "optim.average.latest=0",
+            f"train.log_every={LOG_EVERY}",
+        ],
+        full_phase2=[f"objective.bmi.phase2_start={MID_SWITCH}"],  # Phase II from the same step on
+        gen_tokens=500_000,
+        reverse={"lm": {"name": "lstm", "emb": 128, "hidden": 128, "layers": 1, "dropout": 0.2}, "epochs": 3},
+        mi={"steps": 1000},
+        full_splits=True,
+        keep_records=True,
+        config_suffix="-mid",
+    ),
     "smoke": Budget(
         train=["train.max_steps=100", "train.eval_every=0", "optim.average.nonmono=0", "optim.average.start=50"],
         full_phase2=["objective.bmi.phase2_start=50"],
@@ -175,6 +224,18 @@ BUDGETS = {
         full_splits=False,
     ),
 }
+
+
+def arm_and_weight(arm: str) -> tuple[str, float | None]:
+    """An arm's config name and the BMI weight its name sets: ``base-w0.02`` -> ``('base', 0.02)``, ``full`` ->
+    ``('full', None)`` (the config's weight: the paper's 0.1 on PTB)."""
+    name, marker, weight = arm.rpartition("-w")
+    if marker and name:
+        try:
+            return name, float(weight)
+        except ValueError:
+            pass
+    return arm, None
 
 
 def study_overrides(arm: str, switch: int | None = None, bmi_weight: float | None = None) -> list[str]:
@@ -204,12 +265,13 @@ def train_command(
     bmi_weight: float | None = None,
     scale: str = "cpu",
 ) -> list[str]:
+    config, weight = arm_and_weight(arm)
     command = [
         sys.executable,
         "-m",
         "infolm",
         "train",
-        f"configs/ptb/bmi-{arm}{SCALES[scale]}.yaml",
+        f"configs/ptb/bmi-{config}{budget.config_suffix or SCALES[scale]}.yaml",
         f"run.dir={out / f'{arm}-s{seed}'}",
         f"run.seed={seed}",
         "train.progress=false",
@@ -217,9 +279,11 @@ def train_command(
     ]
     if budget.epochs is not None:
         command.append(f"train.epochs={budget.epochs}")
-    if arm == "full":
+    if config == "full":
         command += budget.full_phase2
-    return command + study_overrides(arm, switch, bmi_weight) + list(extra or [])
+    if weight is not None:
+        command.append(f"objective.bmi.weight={weight}")
+    return command + study_overrides(config, switch, bmi_weight) + list(extra or [])
 
 
 POST_SWITCH_VALIDATIONS = 8  # validations a run keeps after its averaging switch (about two epochs)
@@ -344,6 +408,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     machine = machine_line()
     recorded = records_of(args.budget)
+    protocol_arms, _ = budget_runs(args.budget)
     # runs with extra overrides (or a study's settings) are not the protocol's: they never replace its
     # records unasked, and a recorded protocol run does not stand for them
     switch, bmi_weight = getattr(args, "switch_step", None), getattr(args, "bmi_weight", None)
@@ -392,7 +457,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                 reverse_lm=budget.reverse, mi_estimator=budget.mi, gen_tokens=budget.gen_tokens,
             )  # fmt: skip
             write_json(score_path, record)
-            if keep and arm in ARMS:  # in the repository's tree at once: a lost machine keeps the numbers
+            if keep and arm in protocol_arms:  # in the repository's tree at once: a lost machine keeps the numbers
                 archive_scored(args.out, f"{arm}-s{seed}", recorded)
             print(
                 f"  {arm} s{seed}: valid {record['valid']['ppl']:.2f} test {record['test']['ppl']:.2f} "
@@ -401,7 +466,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                 flush=True,
             )
         real_path = args.out / f"real-s{seed}.score.json"
-        if recorded_score(recorded, f"real-s{seed}"):
+        if recorded_score(recorded, f"real-s{seed}") or not scores_real(args.budget):
             continue
         if not real_path.exists() and (args.out / f"baseline-s{seed}.score.json").exists():
             tick = time.perf_counter()
@@ -460,7 +525,7 @@ def cmd_table(args: argparse.Namespace) -> None:
 
     def is_arm(path: Path) -> bool:
         key = split_name(path.name)
-        return key is not None and key[0] in ARMS + EXTRA_ARMS and (path / "metrics.jsonl").exists()
+        return key is not None and key[0] in ARMS + MID_ARMS + EXTRA_ARMS and (path / "metrics.jsonl").exists()
 
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in runs_and_records([args.out, *args.records], is_arm):
@@ -574,9 +639,13 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train and score the arms (resumes cut runs, skips scored ones)")
     train.add_argument("--out", type=Path, default=None, help="default: runs/bmi-ptb-table2-BUDGET")
-    train.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="default: the protocol's")
+    train.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the protocol's")
     train.add_argument(
-        "--arms", nargs="+", default=list(ARMS), choices=ARMS + EXTRA_ARMS, help="default: the protocol's"
+        "--arms",
+        nargs="+",
+        default=None,
+        choices=list(dict.fromkeys(ARMS + MID_ARMS + EXTRA_ARMS)),
+        help="default: the protocol's arms of the budget",
     )
     train.add_argument("--budget", choices=sorted(BUDGETS), default="converged")
     train.add_argument("--override", nargs="*", default=[], help="extra KEY=VALUE overrides of every run (last wins)")
@@ -606,8 +675,14 @@ def main() -> None:
     if args.command == "table" and args.budget is not None:
         args.out = Path(f"runs/bmi-ptb-table2-{args.budget}")
     if args.command == "train":
+        arms, seeds = budget_runs(args.budget)
+        args.arms = args.arms if args.arms is not None else list(arms)
+        args.seeds = args.seeds if args.seeds is not None else seeds
         studied = args.override or args.switch_step is not None or args.bmi_weight is not None or args.scale != "cpu"
-        if args.out is None and (studied or set(args.arms) - set(ARMS)):
+        if args.budget == "mid" and (args.scale != "cpu" or args.switch_step is not None):
+            sys.exit("error: the mid budget has its own scale and averaging start; --scale and --switch-step are "
+                     "for studies of the converged budget")  # fmt: skip
+        if args.out is None and (studied or set(args.arms) - set(arms)):
             sys.exit("error: runs that are not the protocol's (--override, --switch-step, --bmi-weight, --scale "
                      "mid, --arms placebo) need an --out of their own")  # fmt: skip
         if args.switch_step is not None and args.switch_step < 0:

@@ -235,6 +235,36 @@ def test_bmi_driver_studies_fix_one_switch_set_the_weight_and_train_the_placebo(
     assert mid[4] == "configs/ptb/bmi-placebo-mid.yaml" and load_config(ROOT / mid[4], mid[5:]).model["hidden"] == 300
 
 
+def test_bmi_mid_budget_fixes_steps_and_averaging_start_for_every_arm(tmp_path: Path) -> None:
+    """The mid budget trains the protocol's mid-scale arms (placebo and the 0.02-weight arms included) from the
+    3.8M-parameter configs, every run the same 20,000 steps with no early stopping, averaging from one fixed
+    step and BMI-full's Phase II from the same step; an arm named ``-wW`` sets only the BMI weight."""
+    module = experiment("bmi_ptb_table2")
+    arms, seeds = module.budget_runs("mid")
+    assert set(arms) == {"baseline", "base", "full", "placebo", "base-w0.02", "full-w0.02"} and seeds == [0, 1, 2]
+    assert arms[0] == "baseline" and module.budget_runs("smoke") == module.budget_runs("converged")
+    assert not module.scores_real("mid") and module.scores_real("converged") and module.scores_real("smoke")
+    configs = {}
+    for arm in arms:
+        command = module.train_command(tmp_path, arm, 1, module.BUDGETS["mid"])
+        assert command[4] == f"configs/ptb/bmi-{module.arm_and_weight(arm)[0]}-mid.yaml"
+        configs[arm] = load_config(ROOT / command[4], command[5:])
+    for config in configs.values():
+        assert config.model == configs["baseline"].model and config.model["hidden"] == 300
+        assert (config.train.max_steps, config.train.early_stopping) == (module.MID_STEPS, 0)
+        average = config.optim.average
+        assert (average["nonmono"], average["start"]) == (0, module.MID_SWITCH + 1)
+    assert set(configs["baseline"].objective) == {"mle", "ar", "tar"}
+    for arm, weight in (("base", 0.1), ("full", 0.1), ("placebo", 0.1), ("base-w0.02", 0.02), ("full-w0.02", 0.02)):
+        assert configs[arm].objective["bmi"]["weight"] == weight
+    for arm in ("full", "full-w0.02"):
+        assert configs[arm].objective["bmi"]["phase2_start"] == module.MID_SWITCH
+    assert configs["base-w0.02"].objective["bmi"]["variant"] == "base"
+    assert configs["placebo"].objective["bmi"]["lm_gradient"] is False
+    assert module.arm_and_weight("full-w0.02") == ("full", 0.02) and module.arm_and_weight("full") == ("full", None)
+    assert module.arm_and_weight("full-wx") == ("full-wx", None)
+
+
 def test_bmi_driver_wants_an_out_of_its_own_for_a_study() -> None:
     driver = str(ROOT / "experiments" / "bmi_ptb_table2.py")
     done = subprocess.run(
