@@ -81,6 +81,7 @@ from infolm.training.run_lock import run_dir_in_use
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script: the protocols' package
 from experiments.reproduce.protocol import Arm, arms_of, load_protocol  # noqa: E402
+from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
 
 RECORDS = ROOT / "experiments" / "records" / "imm-ptb-table2-converged"  # ended runs, kept in the repository
 PARKED = ROOT / "experiments" / "parked" / "imm-ptb-table2-converged"  # runs between machines, not yet ended
@@ -331,6 +332,7 @@ def run_jobs(
     def done(name: str) -> bool:
         return finished(out / name) or (from_cut and has_best(out / name))
 
+    commit, machine = git_commit(), machine_line()  # what each job's record names
     running: list[Job] = []
     finished_before = [job.name for job in jobs if finished(out / job.name)]  # by an earlier call
     # scores waiting for a slot: first those of runs that ended in an earlier call
@@ -382,7 +384,8 @@ def run_jobs(
             job = ready.pop(0)
             pending.remove(job)
             job.started = time.time()
-            job.record = {"run": job.name, "arm": job.arm, "seed": job.seed, "command": " ".join(job.command)}
+            job.record = {"run": job.name, "arm": job.arm, "seed": job.seed, "command": " ".join(job.command),
+                          "commit": commit, "machine": machine}  # fmt: skip
             source = init_from(job.command)
             sha = weights_sha256(source) if source is not None else None
             if sha:  # what "from the same checkpoint" is checked by

@@ -750,7 +750,8 @@ def test_imm_driver_scores_each_run_as_soon_as_it_ends(tmp_path: Path, monkeypat
     assert sorted(path.name for path in records.iterdir()) == ["noising-s0", "none-s0", "none-s1"]
     kept = (records / "none-s0" / "record.json").stat().st_mtime
     assert kept <= float((tmp_path / "none-s1" / "started").read_text())  # archived before the next began
-    assert json.loads((records / "none-s1" / "record.json").read_text())["jobs"][0]["run"] == "none-s1"
+    job = json.loads((records / "none-s1" / "record.json").read_text())["jobs"][0]
+    assert job["run"] == "none-s1" and job["commit"] and "cores" in job["machine"]  # the job's commit and machine
     assert not (earlier / "started").exists()  # not trained again
     scored_earlier = json.loads((earlier / "eval-test.json").read_text())["at"]
     assert scored_earlier <= float((tmp_path / "none-s0" / "started").read_text())

@@ -23,7 +23,8 @@ def git_commit(root: Path = ROOT) -> str:
 
 
 def machine_line() -> str:
-    """The machine in one line: the CPU's model name (Linux) or architecture, its cores, the torch version."""
+    """The machine in one line: the CPU's model name (Linux) or architecture, its cores, the GPU's name where
+    torch sees one, the torch version."""
     import torch
 
     name = platform.processor() or platform.machine()
@@ -34,4 +35,5 @@ def machine_line() -> str:
                 break
     except OSError:
         pass
-    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}"
+    gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return f"{name}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
