@@ -109,9 +109,14 @@ from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E
 SCORE = "score.json"  # a record's copy of OUT/ARM-sSEED.score.json
 
 
+def records_name(budget: str) -> str:
+    """The name of ``budget``'s records folder, as the protocol names it."""
+    return f"bmi-ptb-table2-{budget}"
+
+
 def records_of(budget: str) -> Path:
     """The repository's folder of archived runs of ``budget``."""
-    return ROOT / "experiments" / "records" / f"bmi-ptb-table2-{budget}"
+    return ROOT / "experiments" / "records" / records_name(budget)
 
 
 def recorded_score(records: Path, name: str) -> Path | None:
@@ -126,7 +131,7 @@ REAL = "real"  # the protocol's arm for real training text: scored (MI, reverse 
 def protocol_runs(budget: str = "converged") -> tuple[tuple[str, ...], list[int]]:
     """The trained arms (control first) and the seeds that ``experiments/protocols/bmi.yaml`` reads from
     this driver's records; the real-text row is scored beside every seed's baseline."""
-    runs = runs_of(load_protocol("bmi"), records=records_of(budget).name)
+    runs = runs_of(load_protocol("bmi"), records=records_name(budget))
     arms = tuple(dict.fromkeys(arm for arm, _ in runs if arm != REAL))
     seeds = sorted({seed for _, seed in runs})
     return arms, seeds
@@ -135,7 +140,7 @@ def protocol_runs(budget: str = "converged") -> tuple[tuple[str, ...], list[int]
 def scores_real(budget: str) -> bool:
     """Whether ``train`` scores the real-text row under ``budget``: where the protocol reads it from the
     budget's records, or reads none of them (the smoke budget); the text is the same at every model scale."""
-    runs = runs_of(load_protocol("bmi"), records=records_of(budget).name)
+    runs = runs_of(load_protocol("bmi"), records=records_name(budget))
     return not runs or any(arm == REAL for arm, _ in runs)
 
 
