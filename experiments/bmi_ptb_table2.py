@@ -128,10 +128,15 @@ def recorded_score(records: Path, name: str) -> Path | None:
 REAL = "real"  # the protocol's arm for real training text: scored (MI, reverse perplexity), never trained
 
 
+def protocol_pairs(budget: str) -> list[tuple[str, int]]:
+    """The (arm, seed) pairs ``experiments/protocols/bmi.yaml`` reads from ``budget``'s records."""
+    return runs_of(load_protocol("bmi"), records=records_name(budget))
+
+
 def protocol_runs(budget: str = "converged") -> tuple[tuple[str, ...], list[int]]:
     """The trained arms (control first) and the seeds that ``experiments/protocols/bmi.yaml`` reads from
     this driver's records; the real-text row is scored beside every seed's baseline."""
-    runs = runs_of(load_protocol("bmi"), records=records_name(budget))
+    runs = protocol_pairs(budget)
     arms = tuple(dict.fromkeys(arm for arm, _ in runs if arm != REAL))
     seeds = sorted({seed for _, seed in runs})
     return arms, seeds
@@ -140,7 +145,7 @@ def protocol_runs(budget: str = "converged") -> tuple[tuple[str, ...], list[int]
 def scores_real(budget: str) -> bool:
     """Whether ``train`` scores the real-text row under ``budget``: where the protocol reads it from the
     budget's records, or reads none of them (the smoke budget); the text is the same at every model scale."""
-    runs = runs_of(load_protocol("bmi"), records=records_name(budget))
+    runs = protocol_pairs(budget)
     return not runs or any(arm == REAL for arm, _ in runs)
 
 
@@ -414,6 +419,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     machine = machine_line()
     recorded = records_of(args.budget)
     protocol_arms, _ = budget_runs(args.budget)
+    real_wanted = scores_real(args.budget)
     # runs with extra overrides (or a study's settings) are not the protocol's: they never replace its
     # records unasked, and a recorded protocol run does not stand for them
     switch, bmi_weight = getattr(args, "switch_step", None), getattr(args, "bmi_weight", None)
@@ -471,7 +477,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                 flush=True,
             )
         real_path = args.out / f"real-s{seed}.score.json"
-        if recorded_score(recorded, f"real-s{seed}") or not scores_real(args.budget):
+        if recorded_score(recorded, f"real-s{seed}") or not real_wanted:
             continue
         if not real_path.exists() and (args.out / f"baseline-s{seed}.score.json").exists():
             tick = time.perf_counter()

@@ -80,6 +80,7 @@ from infolm.training.run_lock import run_dir_in_use
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script: the protocols' package
+from experiments.reproduce.jobs import run_command  # noqa: E402
 from experiments.reproduce.protocol import Arm, arms_of, load_protocol  # noqa: E402
 from experiments.reproduce.provenance import git_commit, machine_line  # noqa: E402
 
@@ -411,9 +412,9 @@ def restricted_arpa(out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         build = [sys.executable, "-m", "infolm", "ngram", "build", "--data", "ptb", "--order", "2",
                  "--method", "modified-kn", "--out", str(path.with_suffix(".tmp")), "--json"]  # fmt: skip
-        done = subprocess.run(build, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"error: building the KN bigram failed: {done.stderr.strip()[-500:]}")
+        done = run_command(build)
+        if done.rc != 0:
+            raise SystemExit(done.failure())
         path.with_suffix(".tmp").replace(path)
     return path
 
