@@ -21,6 +21,9 @@ imm``. Per seed, the arms this driver can train (the protocol's, then the explor
 * ``none-halve-reload``, ``imm-positions-8-halve-reload``  with the schedule of the authors' released code
   (x0.5 whenever validation does not improve, reloading the best weights);
 * ``imm-released-positions-8``  the latter with the released code's 1-sample steps (``one_sample=released``).
+* ``imm-released-soft-target``  its soft-target steps alone (k = 1 on every step), the released schedule;
+* ``imm-j1-positions-8``, ``imm-j1-positions-32``, ``imm-j1-in-batch``  Eq. 15 on every step (j = 1: k samples,
+  no 1-sample Eq. 18 step) on 8 or 32 drawn positions, or in-batch at every position.
 
 ``train`` runs the arms ``--jobs`` at a time (a seed's continuations start when its baseline ends),
 stops whatever still trains at ``--deadline-s`` minus ``--eval-reserve-s`` (such a run is reported as

@@ -44,7 +44,13 @@ EXPECTED = {
     "none-halve-reload": {"mle"},
     "imm-positions-8-halve-reload": {"mle", "imm"},
     "imm-released-positions-8": {"mle", "imm"},
+    "imm-released-soft-target": {"mle", "imm"},
+    "imm-j1-positions-8": {"mle", "imm"},
+    "imm-j1-positions-32": {"mle", "imm"},
+    "imm-j1-in-batch": {"mle", "imm"},
 }
+# j and positions per batch of each IMM arm (0: every position); the paper's mix is j = 5 (App. D.2)
+IMM_SAMPLING = {"imm-j1-positions-8": (1, 8), "imm-j1-positions-32": (1, 32), "imm-j1-in-batch": (1, 0)}
 
 
 @pytest.mark.parametrize("arm", list(EXPECTED))
@@ -55,15 +61,20 @@ def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) 
     config_path, overrides = command[4], [word for word in command[5:] if word != "--json"]
     config = load_config(ROOT / config_path, overrides)
     assert set(config.objective) == EXPECTED[arm]
-    if arm == "imm-in-batch":
+    if arm.endswith("in-batch"):
         assert config.objective["imm"]["realization"] == "in-batch"
+    if arm in IMM_SAMPLING:  # Eq. 15 on every step: k samples, no 1-sample (Eq. 18) step
+        imm = config.objective["imm"]
+        assert (imm["j"], imm.get("positions_per_batch", 0), imm["k"]) == (*IMM_SAMPLING[arm], 10)
     assert config.optim.lr == (5.0 if arm.endswith("-lr5") else 20.0 if arm == "baseline" else 10.0)
-    released_schedule = arm.endswith("-halve-reload") or arm == "imm-released-positions-8"
+    released_schedule = arm.endswith("-halve-reload") or arm.startswith("imm-released")
     assert config.optim.plateau_restore_best == released_schedule
     assert config.optim.decay == (0.5 if released_schedule else 0.25)
     assert config.train.early_stopping == (0 if released_schedule else 2)
-    if arm == "imm-released-positions-8":
+    if arm.startswith("imm-released"):
         assert config.objective["imm"]["one_sample"] == "released"
+    if arm == "imm-released-soft-target":  # k = 1 on every step: only the soft-target steps run
+        assert (config.objective["imm"]["k"], config.objective["imm"]["j"]) == (1, 1)
     if "imm" in config.objective:  # the paper's clip of ∇IMM (App. D.2), off only where the arm says so
         assert config.objective["imm"].get("clip", 0.25) == (0 if arm.endswith("-unclipped") else 0.25)
 
