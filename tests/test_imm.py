@@ -315,6 +315,22 @@ def test_k_on_every_jth_step_and_clip_group() -> None:
     assert seen == [4.0, 1.0, 1.0, 4.0]
 
 
+def test_default_takes_k_samples_on_every_step() -> None:
+    """The default is the consistent objective: Eq. 15's k-sample estimate on every step, no 1-sample
+    (Eq. 18) step in between, whatever the step count (App. D.2's j = 5 is a setting)."""
+    assert (IMMConfig().j, IMMConfig().one_sample) == (1, "eq18")
+    stream = make_stream()
+    model = TinyLSTM()
+    imm = make_imm(stream, model, k=3)
+    batch = windows(stream)[0]
+    output = model(batch.inputs)
+    seen = []
+    for step in range(6):
+        batch.step = step
+        seen.append(imm(model, batch, output).metrics["imm_k"])
+    assert seen == [3.0] * 6
+
+
 def test_imm_loss_is_cross_entropy_of_restricted_against_induced() -> None:
     """With one occurrence per context, the induced model is Q at that occurrence: a hand-computed value."""
     stream = torch.arange(VOCAB)  # every token once
@@ -633,7 +649,7 @@ def test_released_one_sample_steps_use_the_smoothed_one_hot_target() -> None:
     assert imm(model, padded, output).losses["imm"].item() == 0.0
     with pytest.raises(InfolmError, match="one_sample=released needs restricted_order 2"):
         IMMConfig(one_sample="released", restricted_order=3)
-    with pytest.raises(InfolmError, match="objective.imm.one_sample must be one of eq15, released"):
+    with pytest.raises(InfolmError, match="objective.imm.one_sample must be one of eq18, released"):
         IMMConfig(one_sample="noising")
 
 

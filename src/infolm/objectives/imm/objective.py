@@ -2,9 +2,12 @@
 
 Choices made here (the paper leaves them open for a recurrent model):
 
-* How many samples: k on every j-th optimizer step (``batch.step % j == 0``), 1 otherwise (App. D.2);
-  ``one_sample=released`` makes the 1-sample steps those of the authors' released code
-  (``released_one_sample.py``).
+* How many samples: k on every step by default, the consistent objective (Eq. 15; Sec. 5.1). ``j > 1``
+  takes the k-sample estimate on every j-th optimizer step (``batch.step % j == 0``) only and a 1-sample
+  step otherwise, as App. D.2's experiments do (j = 5): ``one_sample=eq18`` is the single-sample
+  objective of Eq. 18, an upper bound on the IMM risk whose minimizer can miss the true model
+  (Prop. 5.1; ``tests/test_imm_consistency.py`` on App. B.2's example); ``one_sample=released`` makes
+  those steps the authors' released code's (``released_one_sample.py``).
 * Which short contexts and how an extended context is realized: ``contexts.py`` and
   ``realizations.py``.
 * When: from the first step by default (the paper is silent); ``start_step`` and
@@ -48,14 +51,16 @@ from infolm.objectives.imm.released_one_sample import BackoffCache, released_one
 from infolm.objectives.imm.state_bank import StateBank, record
 
 REALIZATIONS = ("replay", "state-bank", "in-batch", "carried-state")
-ONE_SAMPLE = ("eq15", "released")
+ONE_SAMPLE = ("eq18", "released")
 
 
 @dataclasses.dataclass
 class IMMConfig:
     weight: float = 0.2  # λ in Eq. 11 (App. D.2: 0.2 in all language-modeling experiments)
     k: int = 10  # extended contexts sampled per short context on k-sample steps (App. D.2: k=10 for the LSTM)
-    j: int = 5  # k-sample IMM every j-th step, 1-sample IMM otherwise (App. D.2: j=5)
+    # k-sample IMM (Eq. 15) every j-th step, a 1-sample step (``one_sample``) otherwise. 1: Eq. 15 on every
+    # step, the consistent objective; App. D.2 trains with j=5, whose 1-sample steps are Eq. 18 (Prop. 5.1)
+    j: int = 1
     restricted_order: int = 2  # order n of the restricted n-gram; short context = n-1 previous tokens (Sec. 6: bigram)
     method: str = "modified-kn"  # smoothing of the restricted n-gram (Sec. 6: modified Kneser-Ney)
     clip: float = 0.25  # norm clip of ∇IMM apart from the main gradient, before λ scales it (App. D.2, Alg. 1); 0: off
@@ -69,10 +74,11 @@ class IMMConfig:
     start_lr: float = 0.0  # > 0: learning rate set when IMM starts (released code: 0.5 on its summed loss)
     bank_size: int = 65536  # state-bank: detached states kept (ring buffer, oldest overwritten)
     sample_chunk: int = 1  # samples per crosstalk pass: memory grows with this, not k (>= k: plain autograd, faster)
-    # 1-sample steps: eq15 (Eq. 15 with k = 1: one sample per short context against P̂(·|sh)) | released (the
+    # 1-sample steps (j > 1): eq18 (Eq. 15 with k = 1, which is Eq. 18: one sample per short context against
+    # P̂(·|sh), the log outside the expectation) | released (the
     # authors' released code: each position's own prediction against (1 − γ(x))·onehot(y) + γ(x)·P̂(y), with
     # γ(x) the restricted bigram's back-off mass after the previous word x and P̂(y) its unigram; bigram only)
-    one_sample: str = "eq15"
+    one_sample: str = "eq18"
 
     def __post_init__(self) -> None:
         if self.weight < 0:
