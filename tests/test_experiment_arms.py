@@ -79,6 +79,35 @@ def test_table2_driver_arms_train_exactly_their_terms(arm: str, tmp_path: Path) 
         assert config.objective["imm"].get("clip", 0.25) == (0 if arm.endswith("-unclipped") else 0.25)
 
 
+def test_imm_default_pilot_arms_differ_only_in_the_imm_term() -> None:
+    """The pilot arms that screen IMM's realizations: every arm is the baseline's config with the
+    continuation's learning rate; the IMM arms name k, j and the realization they screen."""
+    from infolm.objectives.imm import IMMConfig
+    from infolm.pilot import read_arms_file
+
+    arms, control = read_arms_file(ROOT / "experiments/pilots/imm-default.yaml")
+    assert control == "mle"
+    expected = {  # arm -> (k, j, positions per batch (0: every position), realization, 1-sample steps)
+        "exact": (10, 1, 0, "replay", "eq18"),
+        "j1-positions-8": (10, 1, 8, "replay", "eq18"),
+        "j1-positions-32": (10, 1, 32, "replay", "eq18"),
+        "j1-in-batch": (10, 1, 0, "in-batch", "eq18"),
+        "j5-positions-8": (10, 5, 8, "replay", "eq18"),
+        "soft-target": (1, 1, 0, "replay", "released"),
+    }
+    assert [arm.name for arm in arms] == ["mle", *expected]
+    for arm in arms:
+        config = load_config(ROOT / "configs/ptb/imm-table2-cpu.yaml", list(arm.overrides))
+        assert config.optim.lr == 10.0
+        if arm.name == "mle":
+            assert set(config.objective) == {"mle"}
+            continue
+        assert set(config.objective) == {"mle", "imm"}
+        imm = IMMConfig(**config.objective["imm"])
+        assert (imm.k, imm.j, imm.positions_per_batch, imm.realization, imm.one_sample) == expected[arm.name]
+        assert (imm.weight, imm.clip, imm.restricted_order) == (0.2, 0.25, 2)
+
+
 def test_realizations_script_arms_train_exactly_their_terms() -> None:
     """The shell driver's arms, word-split as bash splits them, give the named terms."""
     script = ROOT / "experiments" / "imm_realizations_table2.sh"
