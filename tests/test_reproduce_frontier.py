@@ -126,3 +126,29 @@ def test_a_frontier_protocol_names_its_runs_and_refuses_what_it_cannot_read(tmp_
         (protocols / "demo.yaml").write_text(PROTOCOL.replace(old, new))
         with pytest.raises(ProtocolError, match=message):
             load_pages(protocols)
+
+
+def test_a_measured_only_curve_is_read_at_its_own_points_even_dominated_ones(tmp_path: Path) -> None:
+    # B as separate models at fixed MI: its point at MI 3 (NLL 7.1) is dominated by the one at MI 5 only
+    # if NLL at 5 were lower; make it so at every seed, and read B at 3 and 5 where A's frontier is read too
+    protocol = PROTOCOL.replace("at: [2.0, 3.5, 5.5]", "at: [3.0, 4.0, 5.0]").replace(
+        "      curves:\n", "      measured_only: [B]\n      max_gap: 2.5\n      curves:\n"
+    )
+    protocols, records = _project(tmp_path, protocol)
+    for seed in range(3):  # B's MI-5 point below its MI-3 point: (3, 7.1) is now dominated
+        path = records / "demo" / f"b-lam2-s{seed}" / "metrics.jsonl"
+        path.write_text(json.dumps({"step": 10, "epoch": 1, "split": "valid", "loss": 7.0, "mi": 5.004}) + "\n")
+    page = load_pages(protocols)["demo"]
+    result = evaluate(page.comparisons[0], records)
+    (curve,) = result.arms
+    at_3, at_4, at_5 = (m.name for m in result.comparison.metrics)
+    assert curve.values[at_3] == pytest.approx({0: 7.1, 1: 7.09})  # dominated, still read; seed 2 has no point
+    assert curve.values[at_5] == pytest.approx({0: 7.0, 1: 7.0, 2: 7.0})  # 5.004 shows as 5.00 at 2 digits
+    assert at_4 not in curve.values  # no line between B's points
+    assert result.control is not None and result.control.values[at_4] == pytest.approx({0: 7.4, 1: 7.4, 2: 7.4})
+    text = render_page(page, [result])
+    assert "B at MI 4, seed 0: no point of its own there (read at its points only)" in text
+    assert "(B at its own points only, no frontier or line)" in text
+    (protocols / "demo.yaml").write_text(protocol.replace("measured_only: [B]", "measured_only: [C]"))
+    with pytest.raises(ProtocolError, match="measured_only names no curve: C"):
+        load_pages(protocols)

@@ -74,8 +74,8 @@ def write_curve(result: ComparisonResult, path: Path) -> bool:
 
 def write_frontier(result: ComparisonResult, path: Path) -> bool:
     """The measured points of each curve of a frontier comparison (mean over seeds, ± one sd on both axes),
-    the frontier of those means joined, and a dotted line at each x the comparison reads; False (nothing
-    written) where no point has a record."""
+    the frontier of those means joined (not for a curve read at its own points only), and a dotted line at
+    each x the comparison reads; False (nothing written) where no point has a record."""
     spec = result.points.comparison.frontier if result.points is not None else None
     if spec is None or result.points is None:
         return False
@@ -105,6 +105,9 @@ def write_frontier(result: ComparisonResult, path: Path) -> bool:
             [m[0] for m in means], [m[1] for m in means], xerr=[m[2] for m in means], yerr=[m[3] for m in means],
             fmt="o", markersize=4, capsize=2, label=label,
         )  # fmt: skip
+        drawn = True
+        if label in spec.measured_only:  # separate models: points only, no frontier to join
+            continue
         front = pareto_front([(m[0], m[1]) for m in means], metrics[spec.x].better, metrics[spec.y].better)
         ax.plot([p[0] for p in front], [p[1] for p in front], color=bars.lines[0].get_color(), linewidth=1)
         drawn = True

@@ -7,6 +7,10 @@ straight line joining them. A reading is kept only where it was measured: at a f
 two frontier points at most ``max_gap`` apart in x. A reading across a wider gap, or outside the x range
 the frontier spans, is left out of the values and named in a note under the table, so that no claim rests
 on a line drawn through unmeasured MI. The readings then pair like any arm and control.
+
+A curve listed in ``measured_only`` is a set of separate models whose x its design fixes (a VQ-VAE's
+D ln K): it is read at its own points alone, a point whose x rounds to the reading's at the x metric's
+digits, with no frontier and no line, so a point is read even where another of its points dominates it.
 """
 
 from __future__ import annotations
@@ -84,6 +88,9 @@ def read(comparison: Comparison, points: Readings) -> tuple[list[Metric], Readin
             ]
             if not seed_points:
                 continue
+            if label in spec.measured_only:
+                skipped += _read_points(label, seed, seed_points, spec, metrics, x_metric, y_metric, found)
+                continue
             front = pareto_front(seed_points, x_metric.better, y_metric.better)
             for at, metric in zip(spec.at, metrics):
                 reading = read_at(front, at, spec.max_gap)
@@ -102,6 +109,30 @@ def read(comparison: Comparison, points: Readings) -> tuple[list[Metric], Readin
                         "(points beyond it are dominated or absent)"
                     )
     return metrics, readings, skipped
+
+
+def _read_points(
+    label: str,
+    seed: int,
+    seed_points: list[tuple[float, float]],
+    spec: FrontierSpec,
+    metrics: list[Metric],
+    x_metric: Metric,
+    y_metric: Metric,
+    found: dict[str, dict[int, float]],
+) -> list[str]:
+    """A measured-only curve's readings at one seed (into ``found``) and the readings left out."""
+    tolerance = 0.5 * 10.0**-x_metric.digits  # the x shown in the runs table is the reading's
+    best = min if y_metric.better == "lower" else max
+    skipped = []
+    for at, metric in zip(spec.at, metrics):
+        ys = [y for x, y in seed_points if abs(x - at) <= tolerance and math.isfinite(y)]
+        if ys:
+            found.setdefault(metric.name, {})[seed] = best(ys)
+        else:
+            where = f"{label} at {spec.x} {at:g}, seed {seed}"
+            skipped.append(f"{where}: no point of its own there (read at its points only)")
+    return skipped
 
 
 def verdict_of(arm_paired: dict[str, stats.Paired], metrics: list[Metric], spec: FrontierSpec) -> str:

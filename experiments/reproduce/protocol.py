@@ -54,6 +54,8 @@ class FrontierSpec:
     control: str  # the curve the others are paired with
     expect: str | None = None  # lower | higher: the paper's direction of curve - control in y
     max_gap: float = 1.0  # the widest x gap a reading may bridge (nats of MI)
+    # curves read at their own points only (no frontier, no line): a model whose x is set by its design
+    measured_only: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -166,12 +168,16 @@ def _frontier(raw: Any, names: set[str], where: str) -> FrontierSpec:
         control=str(raw["control"]),
         expect=raw.get("expect"),
         max_gap=float(raw.get("max_gap", 1.0)),
+        measured_only=[str(label) for label in raw.get("measured_only") or []],
     )
     for axis in (spec.x, spec.y):
         if axis not in names:
             raise ProtocolError(f"{where}: frontier axis '{axis}' is no metric of the comparison")
     if spec.control not in spec.curves or len(spec.curves) < 2:
         raise ProtocolError(f"{where}: frontier control '{spec.control}' must be one of two curves or more")
+    unknown = [label for label in spec.measured_only if label not in spec.curves]
+    if unknown:
+        raise ProtocolError(f"{where}: frontier measured_only names no curve: {', '.join(unknown)}")
     if spec.expect not in (None, "lower", "higher"):
         raise ProtocolError(f"{where}: frontier expect is lower or higher, not {spec.expect!r}")
     if not spec.at or spec.max_gap <= 0:

@@ -353,7 +353,12 @@ def render_comparison(result: ComparisonResult, paper: str) -> list[str]:
         *_matched(result),
     ]
     if result.points is not None:
-        lines += ["", "Each curve is read on its own measured frontier at each seed; readings left out:"]
+        spec = result.points.comparison.frontier  # the read comparison has its frontier replaced by readings
+        own = spec.measured_only if spec is not None else []
+        how = "Each curve is read on its own measured frontier at each seed"
+        if own:
+            how += f" ({', '.join(own)} at its own points only, no frontier or line)"
+        lines += ["", f"{how}; readings left out:"]
         lines += [f"- {text}" for text in result.skipped] or ["- none"]
         if any(arm.records for arm in result.points.arms):
             lines += ["", f"![frontiers](img/{paper}-{comparison.id}.png)"]
