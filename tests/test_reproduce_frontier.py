@@ -129,8 +129,7 @@ def test_a_frontier_protocol_names_its_runs_and_refuses_what_it_cannot_read(tmp_
 
 
 def test_a_measured_only_curve_is_read_at_its_own_points_even_dominated_ones(tmp_path: Path) -> None:
-    # B as separate models at fixed MI: its point at MI 3 (NLL 7.1) is dominated by the one at MI 5 only
-    # if NLL at 5 were lower; make it so at every seed, and read B at 3 and 5 where A's frontier is read too
+    # B as separate models at fixed MI, read at 3, 4 and 5 beside A's frontier at the same MI
     protocol = PROTOCOL.replace("at: [2.0, 3.5, 5.5]", "at: [3.0, 4.0, 5.0]").replace(
         "      curves:\n", "      measured_only: [B]\n      max_gap: 2.5\n      curves:\n"
     )

@@ -110,7 +110,6 @@ def write_frontier(result: ComparisonResult, path: Path) -> bool:
             continue
         front = pareto_front([(m[0], m[1]) for m in means], metrics[spec.x].better, metrics[spec.y].better)
         ax.plot([p[0] for p in front], [p[1] for p in front], color=bars.lines[0].get_color(), linewidth=1)
-        drawn = True
     if not drawn:
         plt.close(fig)
         return False
