@@ -113,6 +113,21 @@ def test_an_arms_file_is_the_arms_of_the_command_line(three_arms, source, tmp_pa
     assert from_file["arms"]["slow"]["differences"] == three_arms[0]["arms"]["slow"]["differences"]
 
 
+def test_only_keeps_the_control_beside_the_named_arms_and_their_curves_are_the_full_runs(three_arms, source, tmp_path):
+    (tmp_path / "arms.yaml").write_text("control: mle\narms:\n  slow: [optim.lr=5]\n  twin: []\n  mle: []\n")
+    out = tmp_path / "out"
+    args = ("--arms", str(tmp_path / "arms.yaml"), "--only", "slow", *PILOT, "--out", str(out))
+    result = run_in_process("pilot", str(source), *args)
+    assert result.returncode == 0, result.stderr
+    shared = json.loads((out / "pilot.json").read_text())
+    assert sorted(shared["arms"]) == ["mle", "slow"] and shared["control"] == "mle"
+    assert shared["arms"]["slow"]["differences"] == three_arms[0]["arms"]["slow"]["differences"]
+    refused = run_in_process("pilot", str(source), "--arms", str(tmp_path / "arms.yaml"), "--only", "fast", *PILOT,
+                             "--out", str(tmp_path / "none"))  # fmt: skip
+    assert refused.returncode == 2 and "--only: unknown arm 'fast'" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and not (tmp_path / "none").exists()
+
+
 def test_the_arms_optimizer_settings_hold_over_the_checkpoints_state(source, tmp_path):
     """The run's SGD has no momentum (no buffers to continue): an arm with momentum trains alike from the
     checkpoint's state and afresh, unless the checkpoint's settings (momentum 0) replaced the arm's."""

@@ -27,6 +27,12 @@ def add_pilot_parser(subparsers: Any) -> None:
     p.add_argument(
         "--arms", default=None, metavar="YAML", help="arms from a file (arms: {NAME: [overrides]}, control: NAME)"
     )
+    p.add_argument(
+        "--only",
+        default=None,
+        metavar="NAMES",
+        help="run only these arms (comma-separated) and the control: one arms file split over processes",
+    )
     p.add_argument("--control", default=None, help="the arm the others are compared with (default: the first arm)")
     p.add_argument("--steps", type=int, required=True, help="optimizer steps of every arm")
     p.add_argument(
@@ -56,12 +62,15 @@ def add_pilot_parser(subparsers: Any) -> None:
 
 
 def cmd_pilot(args: argparse.Namespace) -> int:
-    from infolm.pilot import PilotSettings, finite, parse_arm, read_arms_file, run_pilot, table
+    from infolm.pilot import PilotSettings, finite, parse_arm, read_arms_file, run_pilot, select_arms, table
 
     arms, control = read_arms_file(args.arms) if args.arms else ([], None)
     arms += [parse_arm(text) for text in args.arm]
+    control = args.control or control
+    if args.only is not None:
+        arms = select_arms(arms, control, [name.strip() for name in args.only.split(",") if name.strip()])
     eval_every = args.eval_every or max(1, args.steps // 10)
     settings = PilotSettings(args.steps, eval_every, Path(args.out), args.start, args.optimizer, args.seed)
-    result = run_pilot(args.run_dir, arms, args.control or control, settings)
+    result = run_pilot(args.run_dir, arms, control, settings)
     print(json.dumps(finite(result), allow_nan=False) if args.json else table(result))
     return 0

@@ -10,7 +10,8 @@ An arm is a name and dotted overrides of the run's ``config.yaml``, as ``infolm 
 in one quoted argument (``--arm 'noise:~objective.mle objective.noising.gamma0=0.2'``); ``--arm mle:``
 continues the run's own config. An arm may not set ``run.*``, ``data.*``, ``task.*`` or the training
 length and cadence (``train.max_steps``, ``epochs``, ``eval_every``, ``early_stopping``, checkpointing):
-the pilot sets those, the same for every arm. ``--arms FILE`` reads arms from YAML (see ``read_arms_file``).
+the pilot sets those, the same for every arm. ``--arms FILE`` reads arms from YAML (see ``read_arms_file``);
+``--only A,B`` keeps the control and arms A and B of them, so that one file's arms can be split over processes.
 
 What every arm shares (common random numbers, so that arm − control measures the arm's settings):
 
@@ -44,7 +45,7 @@ last step checkpoint, best/); ``OUT/NAME.jsonl`` holds one line per evaluation w
 its differences from the control, and ``OUT/pilot.json`` the whole result.
 """
 
-from infolm.pilot.arms import Arm, check_arms, make_arm, parse_arm, read_arms_file
+from infolm.pilot.arms import Arm, check_arms, make_arm, parse_arm, read_arms_file, select_arms
 from infolm.pilot.report import finite, paired_differences, table
 from infolm.pilot.run import OPTIMIZER_STATES, STARTS, PilotSettings, run_pilot
 
@@ -60,5 +61,6 @@ __all__ = [
     "parse_arm",
     "read_arms_file",
     "run_pilot",
+    "select_arms",
     "table",
 ]

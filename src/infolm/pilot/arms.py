@@ -93,6 +93,17 @@ def read_arms_file(path: str | Path) -> tuple[list[Arm], str | None]:
     return out, control
 
 
+def select_arms(arms: Sequence[Arm], control: str | None, names: Sequence[str]) -> list[Arm]:
+    """The control (``control``, default the first arm) and the arms named in ``names``, in their order:
+    one arms file split over processes, each with the control beside its share (``--only``)."""
+    known = [arm.name for arm in arms]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise InfolmError(f"--only: unknown arm {unknown[0]!r}; the arms are {', '.join(known)}")
+    keep = {control if control is not None else (known[0] if known else ""), *names}
+    return [arm for arm in arms if arm.name in keep]
+
+
 def check_arms(arms: Sequence[Arm], control: str | None) -> str:
     """The control's name (default: the first arm's) once the arms are distinct and at least two."""
     names = [arm.name for arm in arms]
