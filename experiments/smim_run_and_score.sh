@@ -25,7 +25,10 @@ if [[ ! -f "$run/train-summary.json" ]]; then
   mv "$run.summary.tmp" "$run/train-summary.json"
 fi
 score=(experiments/smim_ptb_table2.py --runs "$out" --arms "$arm" --seeds "$seed" --samples 500 --sentences 0
-       --proposal-floors -4 --aggregate-prior)
+       --proposal-floors -4)
+# the bound under the aggregated posterior of the training split is sMIM's model prior (Eq. 9); the page reads it
+# for the A-MIM arms only (the sVAE's model prior is N(0, I)), so the other arms skip its cost (about a fifth)
+[[ $arm == smim* ]] && score+=(--aggregate-prior)
 OMP_NUM_THREADS=1 python "${score[@]}" --part 1/2 &
 first=$!
 OMP_NUM_THREADS=1 python "${score[@]}" --part 2/2
