@@ -26,6 +26,13 @@ frontier of the seed means. ``--jobs N`` trains N runs at a time. ``--archive`` 
 run's small files into ``experiments/records/thesis-fig5-synthetic[-converged]/<figure>/``; a point
 whose record exists is read from it and not trained again.
 
+Every point shares the base config's learning rate, where the thesis tunes it per point. ``--lr R`` is the
+study that checks what that costs: every run at rate R, into an ``--out`` of its own (no record is read or
+written, no docs figure), its points in that folder's summary beside the protocol's at the config's rate::
+
+    OMP_NUM_THREADS=1 python experiments/thesis_fig5_synthetic.py --schedule converged --figures fig5_3_continuous \
+        --curves 'DReG 16 KL' 'DReG 16 Rényi' --lams 0.1 0.65 --seeds 0 --lr 1e-3 --out runs/fig5-lr1e-3
+
 Reruns skip finished runs (the trainer resumes cut-off ones). ``OUT/summary.json`` (with
 ``--figures``: ``OUT/summary-<figures>.json``) has every point,
 the command of every run and its wall time. No point's NLL may lie below ln 1,000 = 6.9078 (beyond
@@ -188,10 +195,19 @@ SCHEDULES: dict[str, tuple[int, int]] = {"short": (1000, 0), "converged": (30000
 
 
 def run_point(
-    base: Path, objective: dict, run_dir: Path, steps: int, seed: int, anneal_epoch: int = 0, eval_every: int = 0
+    base: Path,
+    objective: dict,
+    run_dir: Path,
+    steps: int,
+    seed: int,
+    anneal_epoch: int = 0,
+    eval_every: int = 0,
+    lr: float | None = None,
 ) -> tuple[list[str], float]:
     config = yaml.safe_load(base.read_text())
     config["objective"] = objective
+    if lr is not None:  # a learning-rate study (--lr): the base config's rate replaced
+        config["optim"]["lr"] = lr
     config["run"]["dir"] = str(run_dir)
     config["run"]["seed"] = seed
     config["train"]["max_steps"] = steps
@@ -314,7 +330,20 @@ def main() -> None:
     parser.add_argument("--records", default="", help="archived runs (default experiments/records/<experiment>)")
     parser.add_argument("--archive", action="store_true", help="copy every finished run into --records")
     parser.add_argument("--nll-max", type=float, default=0.0, help="end the plot's NLL axis here (0: at the data)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="a study: every run at this learning rate instead of the config's (the thesis tunes it per point); "
+        "needs an --out of its own, reads no record, archives none and writes no docs figure",
+    )
     args = parser.parse_args()
+    if args.lr is not None:
+        if not (math.isfinite(args.lr) and args.lr > 0):
+            raise SystemExit(f"--lr must be a positive number, got {args.lr}")
+        if not args.out or args.archive:
+            raise SystemExit("--lr is a study beside the protocol: give it an --out of its own, and no --archive")
+        args.docs_img = ""
     experiment = "thesis-fig5-synthetic" + ("" if args.schedule == "short" else f"-{args.schedule}")
     by_protocol = args.lams is None and protocol_grid(experiment, args.figures) is not None
     if args.lams is None or args.seeds is None:  # the protocol's grid for the figures it reads, else the first one's
@@ -349,7 +378,9 @@ def main() -> None:
                         continue  # the protocol's grid: not a point it reads
                     name = f"{slug(label)}-lam{lam:g}-s{seed}"
                     run_dir, record_dir = out / folder(figure) / name, records / folder(figure) / name
-                    found = record_dir if is_record(record_dir) and not run_dir.is_dir() else run_dir
+                    # a study's point (--lr) is never the protocol's record of the same name
+                    kept = args.lr is None and is_record(record_dir) and not run_dir.is_dir()
+                    found = record_dir if kept else run_dir
                     record = {"figure": figure, "curve": label, "lam": lam, "seed": seed, "run": str(found)}
                     summary["runs"].append(record)
                     if not finished(found, steps):
@@ -359,7 +390,7 @@ def main() -> None:
 
     def train(item: tuple[dict[str, Any], Path, dict, Path, int]) -> None:
         record, base, objective, run_dir, seed = item
-        command, seconds = run_point(base, objective, run_dir, steps, seed, anneal_epoch, eval_every)
+        command, seconds = run_point(base, objective, run_dir, steps, seed, anneal_epoch, eval_every, args.lr)
         record.update(command=" ".join(command), wall_s=round(seconds, 1), commit=commit, machine=machine)
         print(f"{record['figure']} {record['curve']} λ={record['lam']:g} s{seed}: {seconds:.0f} s", flush=True)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 from infolm.config import load_config
 from tests.conftest import ROOT
@@ -577,6 +578,48 @@ def test_fig5_records_of_points_trained_now_name_their_commit_and_machine(tmp_pa
         ]
 
 
+def test_fig5_lr_study_trains_beside_the_records_at_its_rate_and_archives_nothing(tmp_path: Path, monkeypatch) -> None:
+    """``--lr`` trains every point at that rate into its own --out, even where the protocol's record of the
+    same point exists (trained at the config's rate), and is refused with --archive or without --out."""
+    module = experiment("thesis_fig5_synthetic")
+    figure, (label, objective) = "fig5_3_continuous", module.FIGURES["fig5_3_continuous"][1][0]
+    records, out = tmp_path / "records", tmp_path / "out"
+    name = f"{module.slug(label)}-lam0.3-s0"
+    (records / figure / name).mkdir(parents=True)
+    (records / figure / name / "config.yaml").write_text(json.dumps({"objective": objective(0.3)}))
+    (records / figure / name / "metrics.jsonl").write_text(json.dumps({"step": 5, "loss": 7.0, "mi": 1.0}) + "\n")
+    (records / figure / name / "record.json").write_text("{}")
+    rates: list[object] = []
+
+    def fake_point(base, objective, run_dir, steps, seed, anneal_epoch, eval_every, lr):  # type: ignore[no-untyped-def]
+        rates.append(lr)
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": steps, "loss": 7.5, "mi": 2.0}) + "\n")
+        return ["infolm", "train", str(run_dir)], 1.0
+
+    monkeypatch.setattr(module, "run_point", fake_point)
+    argv = ["thesis_fig5_synthetic.py", "--steps", "5", "--lams", "0.3", "--seeds", "0", "--figures", figure,
+            "--curves", label, "--out", str(out), "--records", str(records), "--lr", "0.01"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    module.main()
+    assert rates == [0.01]
+    (run,) = json.loads((out / f"summary-{figure}.json").read_text())["runs"]
+    assert run["run"] == str(out / figure / name) and (run["nll"], run["mi"]) == (7.5, 2.0)
+    for extra in (["--archive"], []):
+        argv_bad = [a for a in argv if a not in ("--out", str(out))] if not extra else [*argv, *extra]
+        monkeypatch.setattr(sys, "argv", argv_bad)
+        with pytest.raises(SystemExit, match="an --out of its own"):
+            module.main()
+
+
+def test_fig5_the_lr_study_sets_the_rate_of_the_config_it_writes(tmp_path: Path, monkeypatch) -> None:
+    module = experiment("thesis_fig5_synthetic")
+    base, curves = module.FIGURES["fig5_3_continuous"]
+    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
+    module.run_point(ROOT / base, curves[0][1](0.3), tmp_path / "point", 5, 0, lr=0.01)
+    assert yaml.safe_load((tmp_path / "point.yaml").read_text())["optim"]["lr"] == 0.01
+
+
 def test_fig5_power_figure_reads_the_kl_and_renyi_points_of_the_figure_that_trained_them(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -601,7 +644,7 @@ def test_fig5_power_figure_reads_the_kl_and_renyi_points_of_the_figure_that_trai
         (run / "record.json").write_text("{}")
     trained: list[Path] = []
 
-    def fake_run(base, objective, run_dir, steps, seed, anneal_epoch=0, eval_every=0):  # type: ignore[no-untyped-def]
+    def fake_run(base, objective, run_dir, steps, seed, anneal_epoch=0, eval_every=0, lr=None):  # type: ignore[no-untyped-def]
         trained.append(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(json.dumps({"objective": objective}))
