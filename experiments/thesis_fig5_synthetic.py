@@ -363,8 +363,17 @@ def main() -> None:
     out = Path(args.out or f"runs/{experiment}")
     records = Path(args.records or ROOT / "experiments" / "records" / experiment)
     eval_every = 0 if args.schedule == "short" else 1000  # converged: a curve to read the convergence from
+    if args.lr is not None and out.resolve() == (ROOT / "runs" / experiment).resolve():
+        raise SystemExit(f"--lr is a study beside the protocol: give it an --out other than {out}")
+    summary_name = "summary.json" if args.figures == DEFAULT_FIGURES else f"summary-{'-'.join(args.figures)}.json"
+    # one learning rate per folder: a study's runs never mix with the protocol's (or another rate's), either way
+    for earlier in sorted(out.glob("summary*.json")):
+        rate = json.loads(earlier.read_text()).get("lr")
+        if rate != args.lr:
+            held = f"learning rate {rate}" if rate is not None else "the config's learning rate"
+            raise SystemExit(f"{out} holds runs at {held} ({earlier.name}): give this call an --out of its own")
     summary: dict = {"optimum": OPTIMUM, "schedule": args.schedule, "steps": steps, "anneal_epoch": anneal_epoch,
-                     "lams": args.lams, "seeds": args.seeds, "runs": []}  # fmt: skip
+                     "lams": args.lams, "seeds": args.seeds, "lr": args.lr, "runs": []}  # fmt: skip
     todo = []
     # λ outermost: every curve of every figure gets its spread of points before any gets more
     for seed in args.seeds:
@@ -403,14 +412,13 @@ def main() -> None:
             continue
         last = evaluations(Path(record["run"]))[-1]
         record.update(nll=last["loss"], mi=last["mi"], kl=last.get("kl"))
-    name = "summary.json" if args.figures == DEFAULT_FIGURES else f"summary-{'-'.join(args.figures)}.json"
-    if (out / name).is_file():  # runs trained by an earlier call keep the command and wall time recorded then
-        earlier = {r["run"]: r for r in json.loads((out / name).read_text()).get("runs", [])}
+    if (out / summary_name).is_file():  # runs trained by an earlier call keep the command and wall time recorded then
+        earlier = {r["run"]: r for r in json.loads((out / summary_name).read_text()).get("runs", [])}
         for record in summary["runs"]:
             if "wall_s" not in record and "wall_s" in earlier.get(record["run"], {}):
                 record.update({key: earlier[record["run"]][key] for key in JOB_KEYS if key in earlier[record["run"]]})
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / name, summary)
+    write_json_atomic(out / summary_name, summary)
     if args.archive:
         for record in summary["runs"]:
             run = Path(record["run"])

@@ -605,10 +605,16 @@ def test_fig5_lr_study_trains_beside_the_records_at_its_rate_and_archives_nothin
     assert rates == [0.01]
     (run,) = json.loads((out / f"summary-{figure}.json").read_text())["runs"]
     assert run["run"] == str(out / figure / name) and (run["nll"], run["mi"]) == (7.5, 2.0)
+    assert json.loads((out / f"summary-{figure}.json").read_text())["lr"] == 0.01
     for extra in (["--archive"], []):
         argv_bad = [a for a in argv if a not in ("--out", str(out))] if not extra else [*argv, *extra]
         monkeypatch.setattr(sys, "argv", argv_bad)
         with pytest.raises(SystemExit, match="an --out of its own"):
+            module.main()
+    # the study's folder holds runs at 0.01: neither another rate nor the protocol's call may add to it
+    for rate in (["--lr", "0.001"], []):
+        monkeypatch.setattr(sys, "argv", [*argv[: argv.index("--lr")], *rate])
+        with pytest.raises(SystemExit, match="holds runs at learning rate 0.01"):
             module.main()
 
 

@@ -126,6 +126,10 @@ def test_only_keeps_the_control_beside_the_named_arms_and_their_curves_are_the_f
                              "--out", str(tmp_path / "none"))  # fmt: skip
     assert refused.returncode == 2 and "--only: unknown arm 'fast'" in refused.stderr
     assert refused.stderr.count("\n") == 1 and not (tmp_path / "none").exists()
+    arms = str(tmp_path / "arms.yaml")
+    no_control = run_in_process("pilot", str(source), "--arms", arms, "--only", "slow", "--control", "fast", *PILOT,
+                                "--out", str(tmp_path / "none"))  # fmt: skip
+    assert no_control.returncode == 2 and "unknown control arm 'fast'" in no_control.stderr
 
 
 def test_the_arms_optimizer_settings_hold_over_the_checkpoints_state(source, tmp_path):

@@ -11,7 +11,8 @@ in one quoted argument (``--arm 'noise:~objective.mle objective.noising.gamma0=0
 continues the run's own config. An arm may not set ``run.*``, ``data.*``, ``task.*`` or the training
 length and cadence (``train.max_steps``, ``epochs``, ``eval_every``, ``early_stopping``, checkpointing):
 the pilot sets those, the same for every arm. ``--arms FILE`` reads arms from YAML (see ``read_arms_file``);
-``--only A,B`` keeps the control and arms A and B of them, so that one file's arms can be split over processes.
+``--only A,B`` keeps the control and arms A and B of them, so that one file's arms can be split over processes
+(each with an ``--out`` of its own: every process trains its own copy of the control).
 
 What every arm shares (common random numbers, so that arm − control measures the arm's settings):
 

@@ -100,6 +100,8 @@ def select_arms(arms: Sequence[Arm], control: str | None, names: Sequence[str]) 
     unknown = [name for name in names if name not in known]
     if unknown:
         raise InfolmError(f"--only: unknown arm {unknown[0]!r}; the arms are {', '.join(known)}")
+    if control is not None and control not in known:
+        raise InfolmError(f"unknown control arm {control!r}; the arms are {', '.join(known)}")
     keep = {control if control is not None else (known[0] if known else ""), *names}
     return [arm for arm in arms if arm.name in keep]
 
