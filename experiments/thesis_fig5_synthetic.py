@@ -367,11 +367,11 @@ def main() -> None:
         raise SystemExit(f"--lr is a study beside the protocol: give it an --out other than {out}")
     summary_name = "summary.json" if args.figures == DEFAULT_FIGURES else f"summary-{'-'.join(args.figures)}.json"
     # one learning rate per folder: a study's runs never mix with the protocol's (or another rate's), either way
-    for earlier in sorted(out.glob("summary*.json")):
-        rate = json.loads(earlier.read_text()).get("lr")
+    for written in sorted(out.glob("summary*.json")):
+        rate = json.loads(written.read_text()).get("lr")
         if rate != args.lr:
             held = f"learning rate {rate}" if rate is not None else "the config's learning rate"
-            raise SystemExit(f"{out} holds runs at {held} ({earlier.name}): give this call an --out of its own")
+            raise SystemExit(f"{out} holds runs at {held} ({written.name}): give this call an --out of its own")
     summary: dict = {"optimum": OPTIMUM, "schedule": args.schedule, "steps": steps, "anneal_epoch": anneal_epoch,
                      "lams": args.lams, "seeds": args.seeds, "lr": args.lr, "runs": []}  # fmt: skip
     todo = []
@@ -388,8 +388,8 @@ def main() -> None:
                     name = f"{slug(label)}-lam{lam:g}-s{seed}"
                     run_dir, record_dir = out / folder(figure) / name, records / folder(figure) / name
                     # a study's point (--lr) is never the protocol's record of the same name
-                    kept = args.lr is None and is_record(record_dir) and not run_dir.is_dir()
-                    found = record_dir if kept else run_dir
+                    from_record = args.lr is None and is_record(record_dir) and not run_dir.is_dir()
+                    found = record_dir if from_record else run_dir
                     record = {"figure": figure, "curve": label, "lam": lam, "seed": seed, "run": str(found)}
                     summary["runs"].append(record)
                     if not finished(found, steps):
