@@ -50,7 +50,8 @@ recorded from other weights are trained again (below).
 A run takes longer than a machine lives (a working tree is laid anew on each, and ``runs/`` with it;
 a baseline takes 2-4 hours on one core): stop the driver and ``park`` keeps every run that has not
 ended (its latest step checkpoint, its best weights once and small files, 10.8 MB a run) in
-``experiments/parked/imm-ptb-table2-converged/``; the next ``train`` lays each parked run of its queue
+``experiments/parked/imm-ptb-table2-converged/`` (git-ignored, as it holds weights: copy the folder to the
+next machine by hand); the next ``train`` lays each parked run of its queue
 out again in ``--out`` and resumes it bit for bit; a parked copy is dropped once its run is a record::
 
     python experiments/imm_ptb_table2_converged.py park --out runs/imm-ptb-table2-converged

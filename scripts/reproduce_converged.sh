@@ -20,8 +20,8 @@
 # Every step resumes a stopped run from its last checkpoint and skips what ended or is a record
 # (experiments/records/), so the same two commands continue the work after any stop. On a new machine
 # (runs/ is not carried over) an IMM run starts again unless it was parked before the stop: stop both lanes,
-# then `python experiments/imm_ptb_table2_converged.py park` and commit experiments/parked/; the next
-# call lays the parked runs out again and resumes them. A step that fails is reported on stderr and the
+# then `python experiments/imm_ptb_table2_converged.py park` and copy experiments/parked/ to the next machine
+# (git-ignored: it holds weights, which git history never keeps); the next call lays the parked runs out again and resumes them. A step that fails is reported on stderr and the
 # lane goes on with the next.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -14,7 +14,8 @@ that continues a run from its weights records their sha256 and names the command
 
 A run longer than the life of its machine (a working tree and its ``runs/`` are laid anew on every
 machine) is *parked* between machines: ``park_run`` keeps what resuming it needs (its top-level files,
-its latest step checkpoint, ``checkpoints/best``) in a folder that version control holds, and
+its latest step checkpoint, ``checkpoints/best``) in one folder, checksummed, to be copied to the next
+machine by hand (it holds weights, so version control ignores it), and
 ``unpark_run`` lays it out again as a run directory that ``infolm train`` resumes, bit for bit from that
 checkpoint. A parked run is not a record: it has not ended, and its copy is dropped once it has.
 """
