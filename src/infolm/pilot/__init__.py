@@ -43,7 +43,8 @@ deterministic: ``run.deterministic``). Arms run one after another in one process
 
 Each arm is trained by the ``Trainer`` in its own run directory ``OUT/NAME/`` (config, metrics.jsonl, its
 last step checkpoint, best/); ``OUT/NAME.jsonl`` holds one line per evaluation with the arm's values and
-its differences from the control, and ``OUT/pilot.json`` the whole result.
+its differences from the control, and ``OUT/pilot.json`` the whole result with its job (command line,
+commit, machine, each arm's wall time).
 """
 
 from infolm.pilot.arms import Arm, check_arms, make_arm, parse_arm, read_arms_file, select_arms

@@ -5,7 +5,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
+import platform
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -210,7 +213,7 @@ def run_pilot(run_dir: str | Path, arms: Sequence[Arm], control: str | None, set
     ``settings.out``): each arm's curve and its paired differences from the control's."""
     import torch
 
-    from infolm.build import check_train_data, task_data
+    from infolm.build import check_train_data, git_commit, task_data
     from infolm.data.vocab import Vocab
 
     control = check_arms(arms, control)
@@ -231,10 +234,13 @@ def run_pilot(run_dir: str | Path, arms: Sequence[Arm], control: str | None, set
         torch.use_deterministic_algorithms(True)
     settings.out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, Any]] = {}
+    wall: dict[str, float] = {}
     for index, arm in enumerate(arms, 1):
         steps = f"steps {source.step}..{source.step + settings.steps}"
         sys.stderr.write(f"infolm: pilot: arm {arm.name} ({index}/{len(arms)}): {steps}\n")
+        began = time.monotonic()
         runs[arm.name] = run_arm(source, arm, configs[arm.name], corpus, settings)
+        wall[arm.name] = round(time.monotonic() - began, 1)
     first = runs[control]
     result: dict[str, Any] = {
         "run_dir": str(source.run_dir),
@@ -248,6 +254,14 @@ def run_pilot(run_dir: str | Path, arms: Sequence[Arm], control: str | None, set
         "selection": first["selection"],
         "higher_is_better": first["higher_is_better"],
         "out": str(settings.out),
+        # where and how long it ran, so that a pilot's folder describes its own job
+        "job": {
+            "argv": list(sys.argv),
+            "commit": git_commit(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads",
+            "torch": torch.__version__,
+            "wall_s": wall,
+        },
         "arms": {},
     }
     for arm in arms:
