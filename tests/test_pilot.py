@@ -87,7 +87,7 @@ def test_different_arms_differ_and_the_difference_is_arm_minus_control(three_arm
     assert json.loads((out / "pilot.json").read_text()) == result
     job = result["job"]  # the folder describes its own job: how long each arm took, on what, from which commit
     assert sorted(job["wall_s"]) == sorted(result["arms"]) and all(s > 0 for s in job["wall_s"].values())
-    assert job["torch"] and "cores" in job["machine"] and job["argv"]
+    assert job["versions"]["torch"] and "cores" in job["machine"] and job["argv"]
 
 
 def test_the_table_shows_every_arm_beside_the_control(source, tmp_path):

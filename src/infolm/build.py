@@ -219,7 +219,8 @@ def _remove_new_run(run_dir: Path) -> None:
             path.unlink()
 
 
-def run_meta(config: Config, corpus: Corpus) -> dict[str, Any]:
+def versions() -> dict[str, str]:
+    """The versions a run's numbers depend on: infolm, torch, numpy, python."""
     import platform
 
     import numpy
@@ -227,15 +228,21 @@ def run_meta(config: Config, corpus: Corpus) -> dict[str, Any]:
     import infolm
 
     return {
+        "infolm": infolm.__version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def run_meta(config: Config, corpus: Corpus) -> dict[str, Any]:
+    import platform
+
+    return {
         "config": to_dict(config),
         "vocab_sha": corpus.vocab.digest(),
         "vocab_size": len(corpus.vocab),
-        "versions": {
-            "infolm": infolm.__version__,
-            "torch": torch.__version__,
-            "numpy": numpy.__version__,
-            "python": platform.python_version(),
-        },
+        "versions": versions(),
         "git_commit": git_commit(),
         "seeds": {
             "python": config.run.seed,

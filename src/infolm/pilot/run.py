@@ -213,7 +213,7 @@ def run_pilot(run_dir: str | Path, arms: Sequence[Arm], control: str | None, set
     ``settings.out``): each arm's curve and its paired differences from the control's."""
     import torch
 
-    from infolm.build import check_train_data, git_commit, task_data
+    from infolm.build import check_train_data, git_commit, task_data, versions
     from infolm.data.vocab import Vocab
 
     control = check_arms(arms, control)
@@ -259,7 +259,7 @@ def run_pilot(run_dir: str | Path, arms: Sequence[Arm], control: str | None, set
             "argv": list(sys.argv),
             "commit": git_commit(),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads",
-            "torch": torch.__version__,
+            "versions": versions(),
             "wall_s": wall,
         },
         "arms": {},
