@@ -20,6 +20,12 @@ is left of BMI is its cost, its random draws and a discriminator watching the LM
 so its placebo would be no loss at all: the placebo is Phase I only, and ``variant: full`` with it is
 refused (the placebo of BMI-full and of BMI-base is the same run).
 
+RAML on the proposal alone (``reward: none``): Phase II as in BMI-full with the reward of Eq. 14 replaced by
+0, so the weights of Eq. 16 are 1/G alone, self-normalized: the LM fits the sentences near the true next one
+that the geometric proposal draws, and the discriminator (still trained by Phase I, still scored and logged)
+has no say in which. Every draw is the same as BMI-full's, so a paired run against BMI-full asks whether the
+MI part of Phase II (the discriminator's reward) is what moves the LM, or the extra next-sentence likelihood.
+
 Diagnostics (``evaluation_metrics``, at every evaluation, with the training weights in evaluation mode,
 from random draws of their own): D_theta's accuracy, Eq. 6 proxy and Eq. 4 bound on ``valid_pairs``
 fixed held-out pairs of the valid split, and for the same pairs what IW-RAML's weights would be (in any
@@ -70,12 +76,15 @@ class BMIConfig:
     beta: float = 1.0  # RAML temperature beta of the pay-off exp(r / beta), Eq. 13; paper 1
     features: str = "hiddens"  # hiddens | raw_hiddens: the per-layer states that phi max-pools
     lm_gradient: bool = True  # false: placebo, D_theta trains on phi without a graph, the LM gets no gradient
+    reward: str = "discriminator"  # discriminator: Eq. 14 | none: r = 0, the weights are 1/G alone (a control)
     valid_pairs: int = 500  # fixed held-out valid pairs for the diagnostics of every evaluation (0: none)
     valid_seed: int = 0  # seed of their one draw (chosen here; the paper reports no such diagnostics)
 
     def __post_init__(self) -> None:
         if self.variant not in ("full", "base"):
             raise InfolmError(f"objective.bmi.variant must be full or base, got {self.variant!r}")
+        if self.reward not in ("discriminator", "none"):
+            raise InfolmError(f"objective.bmi.reward must be discriminator or none, got {self.reward!r}")
         if self.features not in ("hiddens", "raw_hiddens"):
             raise InfolmError(f"objective.bmi.features must be hiddens or raw_hiddens, got {self.features!r}")
         for key in ("phase1_weight", "phase2_weight", "weight_decay"):
@@ -97,6 +106,8 @@ class BMIConfig:
                 "objective.bmi.lm_gradient false is the placebo of Phase I; Phase II trains only the LM, so it has "
                 "no placebo: use variant base"
             )
+        if self.reward != "discriminator" and self.variant == "base":
+            raise InfolmError("objective.bmi.reward is the pay-off of Phase II (IW-RAML); variant base has no Phase II")
         if self.valid_pairs < 0:
             raise InfolmError(f"objective.bmi.valid_pairs must be non-negative, got {self.valid_pairs}")
 
@@ -278,7 +289,9 @@ class BMI(Objective):
         if use_phase2:
             with torch.no_grad():
                 reward = self.discriminator(phi_x, phi[3 * m :]) - pos  # Eq. 14, shift by the score of Y*
-                weights = importance_weights(reward, log_g.to(device), c.beta)  # Eq. 16, self-normalized
+                # the control zeroes the pay-off after scoring it, so its draws stay those of BMI-full
+                paid = reward if c.reward == "discriminator" else torch.zeros_like(reward)
+                weights = importance_weights(paid, log_g.to(device), c.beta)  # Eq. 16, self-normalized
             x_tokens, x_len = tokens[:m], lengths[:m]
             y_tokens, y_len = tokens[3 * m :], lengths[3 * m :]
             log_q = conditional_log_likelihood(lm, x_tokens, x_len, y_tokens, y_len, self.index.pad_id)  # (M,)
