@@ -9,7 +9,7 @@
 # 8 s more for the aggregated prior (42,068 components) from the same draws (with q alone; its proposal now adds
 # 2 draws from each of 50 nearest training posteriors, 100 decodings per sentence more: about a fifth more), 29 s
 # for the widened proposal, so about 115 core-minutes over the 3,761 test sentences under that load (less alone),
-# about an hour with the two shards, plus a few minutes for MELBO, BLEU-1 and the entropy: a run fits a 3-hour session started at once.
+# about an hour with the two shards, plus a few minutes for MELBO, BLEU-1 and the entropy: about two hours a run with TRAIN_THREADS=2.
 # Measured for smim-s0 (2-core AMD EPYC, one other process beside it): training 3.5 min per epoch on one
 # thread, the two shards 50-55 min each, the merge with MELBO, BLEU-1 and the entropy 2 min.
 set -euo pipefail
