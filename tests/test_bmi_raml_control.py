@@ -13,7 +13,7 @@ from tests.test_bmi import stream_batch, tiny_lstm, topic_corpus
 
 def phase2_terms(**settings: object) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """One Phase-II step of BMI-full from the same weights, discriminator and draws (seed 6) in every call;
-    the discriminator's output layer is scaled up so that its rewards are far from flat."""
+    every discriminator weight is scaled up so that its rewards are far from flat."""
     corpus = topic_corpus(80)
     model = tiny_lstm(len(corpus.vocab), seed=1).eval()
     term = OBJECTIVES.build("bmi", {"batch_size": 8, "hidden": 16, "phase2_start": 0, "lam": 0.3, **settings})
