@@ -161,6 +161,9 @@ MID_ARMS, _ = protocol_runs("mid")
 # Arms the protocol does not read, trained only when asked (``--arms``): Phase I's placebo
 # (``configs/ptb/bmi-placebo.yaml``: D_theta trains as in BMI-base, the LM gets no gradient from it).
 EXTRA_ARMS = ("placebo",)
+# The arms' configs with a Phase II (IW-RAML), which the budgets and studies start at the averaging switch:
+# BMI-full and its zeroed-reward control (``objective.bmi.reward: none``, mid scale only)
+PHASE2_CONFIGS = ("full", "full-reward-none")
 # Model sizes: the protocol's CPU size (configs/ptb/bmi-ARM.yaml), and a proposed mid size
 # (configs/ptb/bmi-ARM-mid.yaml: 3.8M parameters, meant to beat the Kneser-Ney 5-gram; a study)
 SCALES = {"cpu": "", "mid": "-mid"}
@@ -171,7 +174,7 @@ MID_STEPS, MID_SWITCH = 20_000, 12_000  # the mid budget: steps of every run, an
 @dataclass
 class Budget:
     train: list[str]  # overrides of every arm
-    full_phase2: list[str]  # extra overrides of BMI-full
+    full_phase2: list[str]  # extra overrides of the arms with a Phase II (PHASE2_CONFIGS)
     gen_tokens: int  # generated tokens per model (the paper: 6M)
     reverse: dict[str, Any]  # ReversePPLConfig fields of the fresh LM
     mi: dict[str, Any]  # MIEstimatorConfig fields
@@ -258,7 +261,7 @@ def study_overrides(arm: str, switch: int | None = None, bmi_weight: float | Non
     out: list[str] = []
     if switch is not None:
         out += ["optim.average.nonmono=0", f"optim.average.start={switch + 1}"]
-        if arm == "full":
+        if arm in PHASE2_CONFIGS:
             out.append(f"objective.bmi.phase2_start={switch}")
     if bmi_weight is not None and arm != "baseline":
         out.append(f"objective.bmi.weight={bmi_weight}")
@@ -289,7 +292,7 @@ def train_command(
     ]
     if budget.epochs is not None:
         command.append(f"train.epochs={budget.epochs}")
-    if config == "full":
+    if config in PHASE2_CONFIGS:
         command += budget.full_phase2
     if weight is not None:
         command.append(f"objective.bmi.weight={weight}")
@@ -573,7 +576,7 @@ def cmd_table(args: argparse.Namespace) -> None:
         flag = ""
         if switch is None:
             flag = " **never switched**"
-        elif arm == "full" and (phase2 is None or not switch <= phase2 < switch + LOG_EVERY):
+        elif arm_and_weight(arm)[0] in PHASE2_CONFIGS and (phase2 is None or not switch <= phase2 < switch + LOG_EVERY):
             flag = " **Phase II apart from the switch**"
         print(
             f"| {name}{done} | {last['step']} | {last['epoch']} | {switch if switch is not None else '–'} / "

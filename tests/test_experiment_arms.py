@@ -277,12 +277,14 @@ def test_bmi_driver_studies_fix_one_switch_set_the_weight_and_train_the_placebo(
 
 
 def test_bmi_mid_budget_fixes_steps_and_averaging_start_for_every_arm(tmp_path: Path) -> None:
-    """The mid budget trains the protocol's mid-scale arms (placebo and the 0.02-weight arms included) from the
-    3.8M-parameter configs, every run the same 20,000 steps with no early stopping, averaging from one fixed
-    step and BMI-full's Phase II from the same step; an arm named ``-wW`` sets only the BMI weight."""
+    """The mid budget trains the protocol's mid-scale arms (placebo, BMI-full's zeroed-reward control and the
+    0.02-weight arms included) from the 3.8M-parameter configs, every run the same 20,000 steps with no early
+    stopping, averaging from one fixed step and the Phase II of BMI-full and its control from the same step; an
+    arm named ``-wW`` sets only the BMI weight."""
     module = experiment("bmi_ptb_table2")
     arms, seeds = module.budget_runs("mid")
-    assert set(arms) == {"baseline", "base", "full", "placebo", "base-w0.02", "full-w0.02"} and seeds == [0, 1, 2]
+    assert set(arms) == {"baseline", "base", "full", "placebo", "base-w0.02", "full-w0.02", "full-reward-none"}
+    assert seeds == [0, 1, 2]
     assert arms[0] == "baseline" and module.budget_runs("smoke") == module.budget_runs("converged")
     assert not module.scores_real("mid") and module.scores_real("converged") and module.scores_real("smoke")
     configs = {}
@@ -298,8 +300,12 @@ def test_bmi_mid_budget_fixes_steps_and_averaging_start_for_every_arm(tmp_path: 
     assert set(configs["baseline"].objective) == {"mle", "ar", "tar"}
     for arm, weight in (("base", 0.1), ("full", 0.1), ("placebo", 0.1), ("base-w0.02", 0.02), ("full-w0.02", 0.02)):
         assert configs[arm].objective["bmi"]["weight"] == weight
-    for arm in ("full", "full-w0.02"):
+    for arm in ("full", "full-w0.02", "full-reward-none"):
         assert configs[arm].objective["bmi"]["phase2_start"] == module.MID_SWITCH
+    # the control is BMI-full with the reward alone changed
+    control, full = dict(configs["full-reward-none"].objective["bmi"]), dict(configs["full"].objective["bmi"])
+    assert control.pop("reward") == "none" and full.pop("reward", "discriminator") == "discriminator"
+    assert control == full
     assert configs["base-w0.02"].objective["bmi"]["variant"] == "base"
     assert configs["placebo"].objective["bmi"]["lm_gradient"] is False
     assert module.arm_and_weight("full-w0.02") == ("full", 0.02) and module.arm_and_weight("full") == ("full", None)
