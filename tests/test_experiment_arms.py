@@ -312,6 +312,29 @@ def test_bmi_mid_budget_fixes_steps_and_averaging_start_for_every_arm(tmp_path: 
     assert module.arm_and_weight("full-wx") == ("full-wx", None)
 
 
+def test_bmi_mid_pilot_arms_form_a_ladder_from_the_baseline_to_bmi_full() -> None:
+    """The mid-scale pilot's BMI-full arms differ one setting at a time: the zeroed-reward control is BMI-full
+    with ``reward: none``, and the cheap baseline is that control with the point-mass proposal (lam 1: Phase II
+    is an extra likelihood pass over the true pairs), every Phase II from the checkpoint's step."""
+    from infolm.objectives.bmi import BMIConfig
+    from infolm.pilot import read_arms_file
+
+    arms, control = read_arms_file(ROOT / "experiments/pilots/bmi-mid.yaml")
+    assert control == "baseline"
+    bmi = {}
+    for arm in arms:
+        config = load_config(ROOT / "configs/ptb/bmi-baseline-mid.yaml", list(arm.overrides))
+        if arm.name == "baseline":
+            assert set(config.objective) == {"mle", "ar", "tar"}
+            continue
+        bmi[arm.name] = dataclasses.asdict(BMIConfig(**config.objective["bmi"]))
+    assert set(bmi) == {"base", "placebo", "full", "full-reward-none", "full-true-next", "base-w0.02", "full-w0.02"}
+    full, control, cheap = bmi["full"], bmi["full-reward-none"], bmi["full-true-next"]
+    assert full["phase2_start"] == 12000 and (full["reward"], full["lam"]) == ("discriminator", 0.3)
+    assert {key for key in full if full[key] != control[key]} == {"reward"} and control["reward"] == "none"
+    assert {key for key in control if control[key] != cheap[key]} == {"lam"} and cheap["lam"] == 1.0
+
+
 def test_bmi_driver_wants_an_out_of_its_own_for_a_study() -> None:
     driver = str(ROOT / "experiments" / "bmi_ptb_table2.py")
     done = subprocess.run(
