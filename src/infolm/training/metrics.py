@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -71,9 +72,18 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics log. A process killed while writing leaves a last line without its newline:
+    that torn line is left out; any other line that is not JSON raises."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    lines = text.split("\n")
+    torn = lines.pop()  # "" when the log ends with its newline
+    records = [json.loads(line) for line in lines if line.strip()]
+    if torn.strip():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(torn))
+    return records
 
 
 def selected_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
